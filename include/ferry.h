@@ -1,0 +1,390 @@
+/*
+ * ferry: one memory API over every compute device on a machine.
+ *
+ * This header is the whole public API. The contract behind it (names, argument
+ * order, behaviour) is docs/API.md; every function below says what it does where
+ * it is declared.
+ *
+ * Conventions that hold everywhere:
+ *  - Every function that can fail returns ferry_status. Results go through out_
+ *    parameters, which are left untouched on failure.
+ *  - A failed call changes nothing: no buffer content, no handle, no host memory.
+ *  - ferry_last_error() gives this thread's sentence about its last failure, with
+ *    the numbers (sizes, offsets, device, driver call and code).
+ *  - Every function may be called from any thread at once, except
+ *    ferry_shutdown(), which must not race any other ferry call.
+ */
+#ifndef FERRY_H
+#define FERRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FERRY_API
+#elif defined(__GNUC__)
+#define FERRY_API __attribute__((visibility("default")))
+#else
+#define FERRY_API
+#endif
+
+#define FERRY_VERSION_MAJOR 0
+#define FERRY_VERSION_MINOR 1
+#define FERRY_VERSION_PATCH 0
+
+/* The library's version as "MAJOR.MINOR.PATCH". */
+FERRY_API const char *ferry_version(void);
+
+/* ------------------------------------------------------------------------- */
+/* Status and errors                                                         */
+/* ------------------------------------------------------------------------- */
+
+typedef enum ferry_status {
+  FERRY_OK = 0,
+  FERRY_ERROR_INVALID_ARGUMENT, /* NULL where a value is needed, unknown kind, zero element size, bad index */
+  FERRY_ERROR_OVERFLOW,         /* length x element size (or offset + bytes) does not fit in size_t */
+  FERRY_ERROR_SIZE_MISMATCH,    /* host length or byte count differs from the buffer's */
+  FERRY_ERROR_KIND_MISMATCH,    /* host array kind (or element size) differs from the buffer's */
+  FERRY_ERROR_OUT_OF_RANGE,     /* offset + bytes runs past the end of a buffer */
+  FERRY_ERROR_STALE_BUFFER,     /* the handle was freed already (use after free, double free) or never existed */
+  FERRY_ERROR_UNSUPPORTED,      /* this device cannot do this (alloc_zero_copy on a GPU) */
+  FERRY_ERROR_REFUSED,          /* alloc_host_ptr refused; the reason is in *out_refusal */
+  FERRY_ERROR_OUT_OF_MEMORY,    /* device or host memory exhausted (after releasing cached memory) */
+  FERRY_ERROR_NO_DEVICE,        /* device index out of range */
+  FERRY_ERROR_BACKEND,          /* a driver call failed; the message names the call and the driver's code */
+} ferry_status;
+
+/* The enumerator's name, "FERRY_ERROR_SIZE_MISMATCH"; "FERRY_STATUS_UNKNOWN" for
+ * values outside the enum. Never NULL. */
+FERRY_API const char *ferry_status_name(ferry_status s);
+
+/* This thread's sentence about its last failure, for example
+ * "ferry_host_to_device: host array has 100 float32 elements, buffer 7 on device 0
+ * (cuda: NVIDIA H200) has 128". Successful calls leave it as it was (like errno);
+ * before any failure it is "no error". The string is thread-local and valid until
+ * this thread's next ferry call. Never NULL. */
+FERRY_API const char *ferry_last_error(void);
+
+/* ------------------------------------------------------------------------- */
+/* Element kinds                                                             */
+/* ------------------------------------------------------------------------- */
+
+/* The kinds of OCaml's Bigarray, plus the unsigned and bfloat16 kinds C users need. */
+typedef enum ferry_kind {
+  FERRY_FLOAT16,
+  FERRY_BFLOAT16,
+  FERRY_FLOAT32,
+  FERRY_FLOAT64,
+  FERRY_INT8,
+  FERRY_UINT8,
+  FERRY_INT16,
+  FERRY_UINT16,
+  FERRY_INT32,
+  FERRY_UINT32,
+  FERRY_INT64,
+  FERRY_UINT64,
+  FERRY_NATIVEINT, /* intptr_t (Bigarray's int and nativeint) */
+  FERRY_COMPLEX32, /* two float32 */
+  FERRY_COMPLEX64, /* two float64 */
+  FERRY_CHAR,
+  FERRY_CUSTOM, /* only from ferry_alloc_custom: element size given there */
+} ferry_kind;
+
+/* Bytes per element; 0 for FERRY_CUSTOM and for values outside the enum. */
+FERRY_API size_t ferry_kind_size(ferry_kind k);
+
+/* "float32", "complex64", "custom"; "unknown" for values outside the enum. Never NULL. */
+FERRY_API const char *ferry_kind_name(ferry_kind k);
+
+/* ------------------------------------------------------------------------- */
+/* Host arrays                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* A typed view of host memory: `length` elements of `kind` at `data`, the C
+ * counterpart of a one-dimensional C-layout Bigarray. ferry never frees or keeps
+ * it, except where a function says so (ferry_alloc_zero_copy, ferry_alloc_host_ptr). */
+typedef struct ferry_array {
+  void *data;
+  size_t length;
+  ferry_kind kind;
+} ferry_array;
+
+/* Builds a ferry_array; checks nothing (the functions that take it do). */
+FERRY_API ferry_array ferry_array_of(void *data, size_t length, ferry_kind kind);
+
+/* ------------------------------------------------------------------------- */
+/* Devices                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* A device; owned by the library, valid until ferry_shutdown(). */
+typedef struct ferry_device ferry_device;
+
+/* Starts every backend and numbers their devices. Optional: any call initialises
+ * on first use. Idempotent. Fails only when FERRY_BACKENDS names a backend this
+ * build does not have (FERRY_ERROR_INVALID_ARGUMENT); a backend whose driver is
+ * missing just has no devices (see ferry_backend_get). */
+FERRY_API ferry_status ferry_init(void);
+
+/* Frees every buffer, cached allocation, pinned host block and device, and unloads
+ * the drivers. Every buffer handle and device pointer becomes stale; a later call
+ * initialises again, and old handles stay stale. With FERRY_DEBUG=leaks in the
+ * environment, prints every buffer still live to stderr first. Must not race any
+ * other ferry call. */
+FERRY_API void ferry_shutdown(void);
+
+/* Number of devices, across all backends. */
+FERRY_API size_t ferry_device_count(void);
+
+/* The device with global index `index` (0 .. ferry_device_count()-1).
+ * FERRY_ERROR_NO_DEVICE when out of range. */
+FERRY_API ferry_status ferry_device_get(size_t index, ferry_device **out_device);
+
+/* The first GPU (the first device that is not a CPU) if any, else the native CPU
+ * device, else the first device; NULL when there are no devices at all. */
+FERRY_API ferry_device *ferry_device_best(void);
+
+/* Waits until all work ferry queued on the device is complete. ferry's own
+ * transfers are synchronous, so this matters for work the user enqueued through
+ * ferry_device_native's handles (CUDA: cuCtxSynchronize of the primary context;
+ * OpenCL: clFinish; Vulkan: vkQueueWaitIdle). On the checked backend it also
+ * verifies the guard bytes of every live buffer and the poison of quarantined
+ * memory, and reports the first corruption found as FERRY_ERROR_BACKEND. */
+FERRY_API ferry_status ferry_device_synchronize(ferry_device *device);
+
+typedef struct ferry_device_info {
+  size_t index;              /* global index, 0 .. ferry_device_count()-1 */
+  size_t backend_index;      /* index among its backend's devices */
+  const char *name;          /* "NVIDIA H200", "pthread-skylake-avx512 (PoCL)" */
+  const char *backend;       /* "cuda", "opencl", "vulkan", "metal", "native", "checked" */
+  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends) */
+  uint64_t max_allocation;   /* largest single buffer in bytes */
+  bool is_cpu;               /* the device computes on the host's processors */
+  bool zero_copy;            /* ferry_alloc_zero_copy succeeds: device memory is host memory */
+  bool host_ptr;             /* ferry_alloc_host_ptr can succeed on this device */
+  size_t host_ptr_alignment; /* alignment that ferry_alloc_host_ptr needs of data and of byte length (1 if none) */
+} ferry_device_info;
+
+/* Fills *out_info. The strings stay valid until ferry_shutdown(). */
+FERRY_API ferry_status ferry_device_info_get(const ferry_device *device, ferry_device_info *out_info);
+
+/* Native handles, for running one's own kernels on ferry buffers with the vendor API. */
+typedef struct ferry_native {
+  uintptr_t device;      /* CUdevice | cl_device_id | VkPhysicalDevice | id<MTLDevice> | 0 */
+  uintptr_t context;     /* CUcontext (the primary context) | cl_context | VkDevice | 0 */
+  uintptr_t queue;       /* 0 (the default stream) | cl_command_queue | VkQueue | id<MTLCommandQueue> | 0 */
+  uint32_t queue_family; /* Vulkan: the family index of queue (it supports compute and transfer); else 0 */
+} ferry_native;
+
+/* Fills *out_native with the device's vendor handles (all zero on native and
+ * checked). Work a user enqueues on these handles is the user's to finish
+ * (clFinish, cuCtxSynchronize, a fence) before ferry touches the buffers it uses;
+ * ferry's own transfers complete before they return. */
+FERRY_API ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_native);
+
+/* Backends, whether they have devices or not (an extension to the contract, for
+ * tools and tests that must say which backends were skipped and why). */
+typedef struct ferry_backend_info {
+  const char *name;    /* "cuda", "opencl", ... */
+  bool enabled;        /* FERRY_BACKENDS keeps it (always true when it is unset) */
+  size_t device_count; /* devices it contributed; 0 when absent */
+  size_t first_device; /* global index of its first device (when device_count > 0) */
+  const char *status;  /* "ok", or why it has no devices: "libcuda.so.1: cannot open shared object file" */
+} ferry_backend_info;
+
+/* Number of backends compiled into this build (cuda, metal, opencl, vulkan,
+ * native, checked, in that order), enabled or not. */
+FERRY_API size_t ferry_backend_count(void);
+
+/* Fills *out_info for backend `index` (0 .. ferry_backend_count()-1), in the
+ * order devices are numbered. FERRY_ERROR_NO_DEVICE when out of range. */
+FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info);
+
+/* ------------------------------------------------------------------------- */
+/* Buffers                                                                   */
+/* ------------------------------------------------------------------------- */
+
+/* A buffer handle, passed by value. Handles are checked on every use: a freed,
+ * made-up or pre-shutdown handle gives FERRY_ERROR_STALE_BUFFER and touches
+ * nothing, also after its slot has been reused. */
+typedef struct ferry_buffer {
+  uint64_t id;
+} ferry_buffer;
+#define FERRY_NULL_BUFFER ((ferry_buffer){0})
+
+/* Why ferry_alloc_host_ptr said no. */
+typedef enum ferry_refusal {
+  FERRY_REFUSAL_NONE = 0,
+  FERRY_REFUSAL_UNSUPPORTED, /* this backend or device has no buffers over host memory */
+  FERRY_REFUSAL_MISALIGNED,  /* host.data is not aligned to host_ptr_alignment */
+  FERRY_REFUSAL_BAD_LENGTH,  /* byte length is 0 or not a multiple of host_ptr_alignment */
+  FERRY_REFUSAL_OVERLAP,     /* the range overlaps memory already under another host-ptr buffer */
+  FERRY_REFUSAL_DRIVER,      /* the driver said no; ferry_last_error() names the call and code */
+} ferry_refusal;
+
+/* "FERRY_REFUSAL_MISALIGNED"; "FERRY_REFUSAL_UNKNOWN" outside the enum. Never NULL. */
+FERRY_API const char *ferry_refusal_name(ferry_refusal r);
+
+/* A buffer of `length` elements of `kind` on `device`; its bytes are length x
+ * ferry_kind_size(kind). Length 0 is a valid, empty buffer on every backend. The
+ * contents of a fresh buffer are unspecified (the checked backend fills them with
+ * poison). FERRY_ERROR_INVALID_ARGUMENT for a NULL device or out, FERRY_CUSTOM or
+ * an unknown kind; FERRY_ERROR_OVERFLOW when the byte count does not fit in size_t;
+ * FERRY_ERROR_OUT_OF_MEMORY when the device cannot hold it (after the allocation
+ * cache was released and the allocation tried again). */
+FERRY_API ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer);
+
+/* A buffer of kind FERRY_CUSTOM with `length` elements of `elem_size` bytes each
+ * (records, structs). elem_size 0 is FERRY_ERROR_INVALID_ARGUMENT. Custom buffers
+ * take only the _ptr transfers and the byte-range functions. */
+FERRY_API ferry_status ferry_alloc_custom(ferry_device *device, size_t length, size_t elem_size,
+                                          ferry_buffer *out_buffer);
+
+/* A buffer that IS the host array, on devices whose memory is host memory
+ * (native, checked): no copy is made, ferry_device_ptr is host.data, ferry_size is
+ * host.length. Every other device returns FERRY_ERROR_UNSUPPORTED (OpenCL CPU
+ * devices included: their memory is the runtime's, not the array's). Freeing the
+ * buffer never frees the array; the caller keeps it alive until then. Several
+ * zero-copy buffers may share host memory. */
+FERRY_API ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array host, ferry_buffer *out_buffer);
+
+/* Explicit opt-in, never used implicitly: a device buffer created over the host
+ * array's memory (OpenCL CL_MEM_USE_HOST_PTR, CUDA host registration mapped into
+ * the device's address space, Vulkan VK_EXT_external_memory_host). The caller
+ * keeps the array alive and in place until the buffer is freed. Host access goes
+ * through ferry_host_to_device / ferry_device_to_host (or the _ptr variants) on
+ * the same array, which synchronise instead of copying. native and checked return
+ * their zero-copy buffer. When the device cannot, returns FERRY_ERROR_REFUSED and
+ * stores the reason in *out_refusal (which may be NULL); on success
+ * *out_refusal is FERRY_REFUSAL_NONE. Arguments that are wrong whatever the device
+ * (NULL device or out_buffer, NULL data with a nonzero length, an unknown or
+ * custom kind, an overflowing length) give FERRY_ERROR_INVALID_ARGUMENT or
+ * FERRY_ERROR_OVERFLOW, not a refusal. */
+FERRY_API ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
+                                            ferry_refusal *out_refusal);
+
+/* Releases the buffer; the handle becomes stale. Freeing it again, or using it
+ * after, returns FERRY_ERROR_STALE_BUFFER and touches nothing. The memory may be
+ * kept in the device's allocation cache (see ferry_device_trim). A host-ptr
+ * buffer gives its array back to the host (a pending device-side view is
+ * synchronised first); the array itself is never freed. */
+FERRY_API ferry_status ferry_free(ferry_buffer buffer);
+
+/* ------------------------------------------------------------------------- */
+/* Transfers: synchronous, on return the data is where it was sent            */
+/* ------------------------------------------------------------------------- */
+
+/* Copies the host array into the buffer. The kinds must be equal
+ * (FERRY_ERROR_KIND_MISMATCH; custom buffers take only the _ptr variants) and the
+ * lengths too (FERRY_ERROR_SIZE_MISMATCH): nothing is clamped, nothing is copied
+ * when they differ. On a zero-copy or host-ptr buffer, from its own array this
+ * moves no data (it only hands the array to the device); from another array it
+ * copies. Overlapping host ranges behave like memmove. */
+FERRY_API ferry_status ferry_host_to_device(ferry_array src, ferry_buffer dst);
+
+/* Copies the buffer into the host array; the same checks as ferry_host_to_device.
+ * On a zero-copy or host-ptr buffer, to its own array this only synchronises
+ * (hands the array back to the host). */
+FERRY_API ferry_status ferry_device_to_host(ferry_buffer src, ferry_array dst);
+
+/* Copies byte_size bytes from src_ptr into the buffer; works on any buffer,
+ * custom ones included. byte_size must equal the buffer's bytes
+ * (FERRY_ERROR_SIZE_MISMATCH). The caller keeps src_ptr alive for the call. */
+FERRY_API ferry_status ferry_host_ptr_to_device(const void *src_ptr, size_t byte_size, ferry_buffer dst);
+
+/* Copies the buffer's bytes to dst_ptr; byte_size must equal the buffer's bytes. */
+FERRY_API ferry_status ferry_device_to_host_ptr(ferry_buffer src, void *dst_ptr, size_t byte_size);
+
+/* Copies src into dst: the same kind and length (custom: the same element size
+ * and length). Works on one device, between two devices of one backend, and
+ * between backends (staged through host memory where there is no direct path).
+ * Counts in the destination device's d2d statistics. */
+FERRY_API ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst);
+
+/* ------------------------------------------------------------------------- */
+/* Byte ranges                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* Writes `bytes` bytes from src into dst at dst_offset. A range past the end is
+ * FERRY_ERROR_OUT_OF_RANGE (an offset past the end too, even with 0 bytes);
+ * offset + bytes overflowing is FERRY_ERROR_OVERFLOW. Zero bytes is a no-op, and
+ * src may then be NULL. */
+FERRY_API ferry_status ferry_write(ferry_buffer dst, size_t dst_offset, const void *src, size_t bytes);
+
+/* Reads `bytes` bytes of src at src_offset into dst; the same checks as ferry_write. */
+FERRY_API ferry_status ferry_read(ferry_buffer src, size_t src_offset, void *dst, size_t bytes);
+
+/* Copies `bytes` bytes between two buffers, on any devices; within one buffer it
+ * behaves like memmove. The same range checks as ferry_write, on both buffers. */
+FERRY_API ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, size_t dst_offset,
+                                  size_t bytes);
+
+/* ------------------------------------------------------------------------- */
+/* Buffer info                                                               */
+/* ------------------------------------------------------------------------- */
+
+/* Elements; 0 for a stale handle. */
+FERRY_API size_t ferry_size(ferry_buffer b);
+
+/* Bytes per element; 0 for a stale handle. */
+FERRY_API size_t ferry_elem_size(ferry_buffer b);
+
+/* The buffer's kind; FERRY_CUSTOM for custom buffers and for a stale handle
+ * (tell them apart with ferry_elem_size, which is 0 only for a stale handle). */
+FERRY_API ferry_kind ferry_buffer_kind(ferry_buffer b);
+
+/* What a user passes to the vendor API to run a kernel on the buffer: the
+ * CUdeviceptr (cuda), the cl_mem (opencl), the VkBuffer (vulkan), the id<MTLBuffer>
+ * (metal), the host address (native, checked; for a zero-copy buffer, the array's
+ * own address). 0 for a stale handle, and for an empty buffer that owns no memory
+ * (a zero-copy buffer's is still its array's address). */
+FERRY_API uintptr_t ferry_device_ptr(ferry_buffer b);
+
+/* True exactly for buffers made by ferry_alloc_zero_copy or ferry_alloc_host_ptr
+ * (host access to them needs no copy by ferry); false for every other buffer and
+ * for a stale handle. */
+FERRY_API bool ferry_is_zero_copy(ferry_buffer b);
+
+/* The buffer's device; NULL for a stale handle. */
+FERRY_API ferry_device *ferry_buffer_device(ferry_buffer b);
+
+/* ------------------------------------------------------------------------- */
+/* Pinned host memory, the allocation cache, statistics                      */
+/* ------------------------------------------------------------------------- */
+
+/* `bytes` bytes of host memory that transfers at full speed to and from the
+ * device (cuMemAllocHost on CUDA; page-aligned host memory on host backends and
+ * where the driver offers nothing better). Aligned to at least 4096 bytes.
+ * Release it with ferry_host_free; ferry_shutdown() releases what is left.
+ * bytes 0 is FERRY_ERROR_INVALID_ARGUMENT. */
+FERRY_API ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr);
+
+/* Releases memory from ferry_host_alloc. Any other pointer (NULL included, and one
+ * already released) is FERRY_ERROR_INVALID_ARGUMENT and is left alone. */
+FERRY_API ferry_status ferry_host_free(void *ptr);
+
+/* Releases the device's cached free memory to the driver. */
+FERRY_API ferry_status ferry_device_trim(ferry_device *device);
+
+typedef struct ferry_stats {
+  uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
+  uint64_t h2d_bytes, d2h_bytes,
+      d2d_bytes; /* since ferry_init; h2d and d2h on the buffer's device, d2d on the destination's */
+  uint64_t h2d_count, d2h_count, d2d_count;
+} ferry_stats;
+
+/* The device's statistics. bytes_in_use counts the bytes of live buffers (as
+ * asked); bytes_cached the bytes the allocation cache holds; transfers count
+ * successful calls (ferry_write counts as h2d, ferry_read as d2h, ferry_copy as
+ * d2d). */
+FERRY_API ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_stats);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FERRY_H */

@@ -1,0 +1,94 @@
+/*
+ * native: the host CPU, whose device memory is host memory.
+ *
+ * Allocations are 64-byte aligned (a cache line, and the widest vector loads).
+ * Large copies go through the core's thread pool: one core's memcpy reaches only
+ * part of what the memory system moves.
+ */
+#include "../../core/backend.h"
+#include "host_info.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define NATIVE_ALIGN 64
+
+static bool overlaps(const void *a, const void *b, size_t n) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + n && y < x + n;
+}
+
+/* memmove semantics, in parallel when the ranges are apart and large. */
+static void host_move(void *dst, const void *src, size_t n) {
+  if (dst == src) return;
+  if (overlaps(dst, src, n))
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
+static ferry_status native_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
+  size_t rounded = (bytes + NATIVE_ALIGN - 1) & ~(size_t)(NATIVE_ALIGN - 1);
+  void *p = NULL;
+  if (rounded < bytes || posix_memalign(&p, NATIVE_ALIGN, rounded) != 0) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "posix_memalign could not give %s on %s",
+                       ferry__bytes_text(bytes, text), dev->label);
+  }
+  *out = (ferry_mem){.handle = (uintptr_t)p, .host = p, .bytes = rounded};
+  return FERRY_OK;
+}
+
+static ferry_status native_free(ferry_device *dev, ferry_mem *mem) {
+  (void)dev;
+  free(mem->host);
+  return FERRY_OK;
+}
+
+static ferry_status native_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+  (void)dev;
+  host_move((char *)dst->host + off, src, n);
+  return FERRY_OK;
+}
+
+static ferry_status native_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+  (void)dev;
+  host_move(dst, (const char *)src->host + off, n);
+  return FERRY_OK;
+}
+
+static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                                size_t n) {
+  (void)dev;
+  host_move((char *)dst->host + doff, (const char *)src->host + so, n);
+  return FERRY_OK;
+}
+
+static const ferry_device_ops native_ops = {
+    .alloc = native_alloc,
+    .free = native_free,
+    .write = native_write,
+    .read = native_read,
+    .copy = native_copy,
+};
+
+static char native_name[256];
+
+static ferry_status native_probe(ferry_probe *probe) {
+  ferry__host_cpu_name(native_name, sizeof native_name);
+  uint64_t memory = ferry__host_memory();
+  ferry_device_desc desc = {
+      .ops = &native_ops,
+      .name = native_name,
+      .total_memory = memory,
+      .max_allocation = memory,
+      .is_cpu = true,
+      .zero_copy = true,
+      .host_ptr = true,
+      .host_ptr_alignment = 1,
+      .caps = FERRY_CAP_OVERLAP_COPY,
+  };
+  return ferry__device_add(probe, &desc);
+}
+
+const ferry_backend ferry_backend_native = {.name = "native", .probe = native_probe};

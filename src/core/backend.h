@@ -1,0 +1,173 @@
+/*
+ * The contract between the core and a backend.
+ *
+ * The core validates every argument (handles, kinds, sizes, ranges, overflow),
+ * owns the handle table, the device registry, statistics and the allocation
+ * cache. A backend only moves bytes: it sees allocations (ferry_mem) and byte
+ * ranges that are already known to be in bounds, and it never sees a handle.
+ *
+ * Adding a backend: a folder src/backends/<name>/ with a `const ferry_backend
+ * ferry_backend_<name>` and one line in src/core/backend_list.h.
+ */
+#ifndef FERRY_CORE_BACKEND_H
+#define FERRY_CORE_BACKEND_H
+
+#include "ferry.h"
+
+#include <stdarg.h>
+#include <stdatomic.h>
+
+#if defined(__GNUC__)
+#define FERRY_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define FERRY_PRINTF(f, a)
+#endif
+
+/* One allocation of device memory, as the backend made it. */
+enum {
+  FERRY_MEM_ZERO_COPY = 1u << 0, /* the core wrapped a host array (native, checked); no backend state */
+  FERRY_MEM_HOST_PTR = 1u << 1,  /* made by host_ptr_import over the user's array */
+};
+
+typedef struct ferry_mem {
+  uintptr_t handle; /* what ferry_device_ptr returns: CUdeviceptr, cl_mem, VkBuffer, host address */
+  void *host;       /* non-NULL when the bytes are plain, coherent host memory that the core may read
+                       and write directly at any time (native; CUDA registered memory); else NULL */
+  void *impl;       /* the backend's own per-allocation state */
+  size_t bytes;     /* bytes the backend reserved (at least what was asked) */
+  unsigned flags;   /* FERRY_MEM_* */
+} ferry_mem;
+
+typedef enum ferry_sync_dir {
+  FERRY_SYNC_TO_DEVICE, /* the host is done with the array: hand it to the device (unmap, flush) */
+  FERRY_SYNC_TO_HOST,   /* the host wants the array: take it back (map, invalidate, wait) */
+} ferry_sync_dir;
+
+/*
+ * Operations on one device. Every operation that fails sets the thread's error
+ * sentence (ferry__fail) naming the driver call, its code and dev->label, and
+ * returns a status; a failed operation leaves nothing allocated. Byte ranges are
+ * in bounds of the allocation and bytes > 0 unless said otherwise.
+ */
+typedef struct ferry_device_ops {
+  /* Required. */
+  ferry_status (*alloc)(ferry_device *dev, size_t bytes, ferry_mem *out); /* bytes > 0 */
+  ferry_status (*free)(ferry_device *dev, ferry_mem *mem);                /* not for HOST_PTR or ZERO_COPY mem */
+  ferry_status (*write)(ferry_device *dev, ferry_mem *dst, size_t dst_offset, const void *src, size_t bytes);
+  ferry_status (*read)(ferry_device *dev, const ferry_mem *src, size_t src_offset, void *dst, size_t bytes);
+  /* Copy within the device. When src == dst the ranges may overlap only if the
+   * device has FERRY_CAP_OVERLAP_COPY; otherwise the core goes through a temporary. */
+  ferry_status (*copy)(ferry_device *dev, const ferry_mem *src, size_t src_offset, ferry_mem *dst, size_t dst_offset,
+                       size_t bytes);
+
+  /* Optional (NULL: not offered). */
+
+  /* Copy between two devices of this backend; FERRY_ERROR_UNSUPPORTED (without a
+   * message) lets the core stage the copy through host memory. */
+  ferry_status (*copy_peer)(ferry_device *src_dev, const ferry_mem *src, size_t src_offset, ferry_device *dst_dev,
+                            ferry_mem *dst, size_t dst_offset, size_t bytes);
+  /* A buffer over the user's array (the core already checked alignment against
+   * host_ptr_alignment, the length, and overlap with other host-ptr buffers). On
+   * success the host owns the array. On refusal: FERRY_ERROR_REFUSED and a reason. */
+  ferry_status (*host_ptr_import)(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                  ferry_refusal *out_refusal);
+  /* Hand a HOST_PTR allocation to the device or back to the host (no data copy). */
+  ferry_status (*host_ptr_sync)(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir);
+  /* Release a HOST_PTR allocation (the array is the user's and stays). */
+  ferry_status (*host_ptr_release)(ferry_device *dev, ferry_mem *mem);
+  /* Pinned host memory (default: page-aligned malloc). */
+  ferry_status (*host_alloc)(ferry_device *dev, size_t bytes, void **out);
+  void (*host_free)(ferry_device *dev, void *ptr, size_t bytes);
+  /* Wait for all queued work (default: nothing to wait for). */
+  ferry_status (*synchronize)(ferry_device *dev);
+  /* Vendor handles (default: zeros). */
+  ferry_status (*native)(const ferry_device *dev, ferry_native *out);
+  /* Free device memory right now, for out-of-memory messages; 0 if unknown. */
+  uint64_t (*free_memory)(ferry_device *dev);
+
+  /* Pipelined transfers (all three or none). For large transfers from or to
+   * ordinary (pageable) host memory, the core copies through FERRY_STAGE_SLOTS
+   * pinned staging slots from this device's host_alloc, on several threads,
+   * while the device moves the previous slot. write_async / read_async start a
+   * transfer between a slot and device memory and return at once; wait_slot
+   * returns when the transfer last started on that slot is complete (at once if
+   * none). The core runs one pipelined transfer per device at a time. */
+  ferry_status (*write_async)(ferry_device *dev, ferry_mem *dst, size_t dst_offset, const void *pinned_src,
+                              size_t bytes, unsigned slot);
+  ferry_status (*read_async)(ferry_device *dev, const ferry_mem *src, size_t src_offset, void *pinned_dst, size_t bytes,
+                             unsigned slot);
+  ferry_status (*wait_slot)(ferry_device *dev, unsigned slot);
+  /* Is this host range already pinned for the device by the driver (the user's
+   * own cuMemAllocHost memory, say)? Then the core skips staging. Blocks from
+   * ferry_host_alloc the core recognises itself. */
+  bool (*host_is_pinned)(ferry_device *dev, const void *ptr, size_t bytes);
+  /* Called once at shutdown after every allocation of the device was freed. */
+  void (*destroy)(ferry_device *dev);
+} ferry_device_ops;
+
+#define FERRY_STAGE_SLOTS 4
+
+/* Device capabilities the core acts on. */
+enum {
+  FERRY_CAP_CACHE = 1u << 0,        /* the core may keep freed allocations for reuse */
+  FERRY_CAP_OVERLAP_COPY = 1u << 1, /* copy handles overlapping ranges of one allocation (memmove) */
+};
+
+/* What a backend tells the core about each device it found. */
+typedef struct ferry_device_desc {
+  const ferry_device_ops *ops;
+  void *impl; /* the backend's per-device state, reachable as dev->impl */
+  const char *name;
+  uint64_t total_memory, max_allocation;
+  bool is_cpu, zero_copy, host_ptr;
+  size_t host_ptr_alignment; /* 1 if none */
+  unsigned caps;             /* FERRY_CAP_* */
+} ferry_device_desc;
+
+typedef struct ferry_probe ferry_probe; /* the core's list of devices under construction */
+
+/* Adds a device; called by a backend's probe in the order its devices are to be numbered. */
+ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc);
+
+typedef struct ferry_backend {
+  const char *name;
+  /* Load the driver and add every device (ferry__device_add). A missing driver
+   * returns FERRY_ERROR_UNSUPPORTED with a sentence saying what is missing; the
+   * core reports the backend as absent with that sentence and goes on. */
+  ferry_status (*probe)(ferry_probe *probe);
+  /* After every device of the backend was destroyed: release backend-wide state
+   * (driver handles, dlclose). May be NULL. */
+  void (*unload)(void);
+} ferry_backend;
+
+/* The core's view of a device; backends read impl and label only. */
+struct ferry_device {
+  void *impl;
+  char label[320]; /* "device 2 (opencl: pthread-skylake-avx512 (PoCL))", for messages */
+  const ferry_device_ops *ops;
+  const ferry_backend *backend;
+  unsigned caps;
+  ferry_device_info info;
+  char name[256];
+  struct ferry_device_state *state; /* core-private: cache, statistics */
+};
+
+/* Sets this thread's error sentence and returns `status`. */
+ferry_status ferry__fail(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
+ferry_status ferry__failv(ferry_status status, const char *fmt, va_list ap);
+
+/* The thread's current error sentence, for backends that prefix or extend it. */
+const char *ferry__error_text(void);
+
+/* Does [ptr, ptr + bytes) lie inside one block from ferry_host_alloc on a device of
+ * this backend? Backends use it to skip staging for memory that is already pinned. */
+bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t bytes);
+
+/* Copies n bytes using up to `threads` of the core's worker threads (for large
+ * host copies into and out of staging memory); memcpy semantics (no overlap). */
+void ferry__parallel_memcpy(void *dst, const void *src, size_t n);
+
+/* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
+const char *ferry__bytes_text(uint64_t bytes, char buf[64]);
+
+#endif /* FERRY_CORE_BACKEND_H */

@@ -1,0 +1,114 @@
+/* Core-private declarations: the handle table, the device registry, the
+ * allocation cache and statistics. Backends include backend.h only. */
+#ifndef FERRY_CORE_INTERNAL_H
+#define FERRY_CORE_INTERNAL_H
+
+#include "backend.h"
+
+#include <pthread.h>
+
+/* ---- registry ---------------------------------------------------------- */
+
+/* Initialises on first use; FERRY_OK when the library is ready. */
+ferry_status ferry__ensure_init(void);
+
+/* Checks that `device` is a device of the running session; sets the error
+ * sentence (naming `fn`) when it is not. */
+ferry_status ferry__check_device(const ferry_device *device, const char *fn);
+
+/* Registers an extra backend (tests' fault-injecting backend) before ferry_init.
+ * It is numbered after the built-in ones and kept even when FERRY_BACKENDS is
+ * set. Returns FERRY_ERROR_INVALID_ARGUMENT after init or when the table is full. */
+FERRY_API ferry_status ferry__register_backend(const ferry_backend *backend);
+
+/* ---- per-device state -------------------------------------------------- */
+
+typedef struct ferry_cache_node {
+  struct ferry_cache_node *next;
+  ferry_mem mem;
+  size_t class_bytes;
+} ferry_cache_node;
+
+#define FERRY_CACHE_BUCKETS 256
+
+struct ferry_device_state {
+  pthread_mutex_t cache_lock;
+  ferry_cache_node *cache[FERRY_CACHE_BUCKETS];
+  uint64_t cache_limit; /* bytes the cache may hold */
+  _Atomic uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
+  _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
+  _Atomic uint64_t h2d_count, d2h_count, d2d_count;
+};
+
+ferry_status ferry__device_state_init(ferry_device *dev);
+void ferry__device_state_destroy(ferry_device *dev);
+
+/* The size an allocation of `bytes` is rounded up to so that freed memory can be
+ * reused by requests of nearby sizes (at most 25% more). */
+size_t ferry__size_class(size_t bytes);
+
+/* Device memory through the cache: a cached block of the right class, else the
+ * backend's alloc (with the cache released and a second try on out-of-memory). */
+ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, size_t *out_class);
+/* Gives memory back: to the cache when it came from a class, else to the backend. */
+ferry_status ferry__mem_release(ferry_device *dev, ferry_mem *mem, size_t class_bytes);
+/* Empties the device's cache into the backend. */
+void ferry__cache_trim(ferry_device *dev);
+
+void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
+
+/* ---- handles ----------------------------------------------------------- */
+
+/* A live buffer. Slots live in chunks that never move, so a pointer to a slot
+ * stays valid while a reference is held. */
+typedef struct ferry_slot {
+  _Atomic uint64_t state; /* generation << 32 | references; generation odd = live */
+  uint32_t next_free;
+  uint32_t index; /* this slot's place in the table */
+  ferry_kind kind;
+  ferry_device *device;
+  ferry_mem mem;
+  void *host_array; /* zero-copy and host-ptr buffers: the user's array */
+  size_t length, elem_size, bytes;
+  size_t class_bytes; /* the cache class mem came from; 0 when not cacheable */
+  uint64_t serial;    /* "buffer 7" in messages: the 7th buffer made */
+  bool zero_copy;     /* made by alloc_zero_copy or alloc_host_ptr */
+} ferry_slot;
+
+ferry_status ferry__handles_init(void);
+/* Frees every live buffer (reporting them when `report_leaks`) and the table. */
+void ferry__handles_shutdown(bool report_leaks);
+
+/* A fresh slot with one reference (the owner's); fill it, then publish. */
+ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index);
+/* Makes a filled slot reachable by its handle. */
+ferry_buffer ferry__slot_publish(ferry_slot *slot, uint32_t index);
+/* Returns an unpublished slot to the free list (a failed allocation). */
+void ferry__slot_abandon(ferry_slot *slot, uint32_t index);
+
+/* Takes a reference on the buffer's slot, or fails with STALE_BUFFER naming `fn`. */
+ferry_status ferry__acquire(ferry_buffer b, const char *fn, ferry_slot **out_slot);
+/* Like ferry__acquire without an error sentence (the info functions). */
+ferry_slot *ferry__peek(ferry_buffer b);
+void ferry__release(ferry_slot *slot);
+/* Drops the owner's reference and marks the handle stale; the memory goes back
+ * when the last reference is dropped. */
+ferry_status ferry__retire(ferry_buffer b, const char *fn);
+
+/* Writes "buffer 7 (1024 float32 elements) on device 0 (cuda: NVIDIA H200)". */
+const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]);
+
+/* Releases the memory of a slot whose last reference is gone. */
+ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
+
+/* ---- host memory ------------------------------------------------------- */
+
+/* The range [ptr, ptr + bytes) now lies under a host-ptr buffer; FERRY_REFUSAL_OVERLAP
+ * (via a false return) when it overlaps one already registered. */
+bool ferry__host_ranges_claim(const void *ptr, size_t bytes);
+void ferry__host_ranges_unclaim(const void *ptr);
+
+void ferry__host_shutdown(void);
+void ferry__copy_pool_shutdown(void);
+
+#endif /* FERRY_CORE_INTERNAL_H */

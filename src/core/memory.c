@@ -1,0 +1,176 @@
+/*
+ * Device memory through the allocation cache, and per-device statistics.
+ *
+ * On devices whose allocations are slow (GPU drivers: tens of microseconds for a
+ * large cuMemAlloc), freed memory is kept in size classes and handed to the next
+ * allocation of the same class. Classes are 2^k x {1, 1.25, 1.5, 1.75}, so a
+ * buffer wastes at most a quarter of its size. The cache holds at most
+ * cache_limit bytes (FERRY_CACHE_LIMIT, default a quarter of the device's
+ * memory); on out-of-memory it is emptied and the allocation tried again.
+ */
+#include "internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MIN_CLASS 256u
+
+void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
+  atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
+}
+
+/* Reads a byte count like "512M", "2G" or "1048576" from the environment. */
+static bool env_bytes(const char *name, uint64_t *out) {
+  const char *s = getenv(name);
+  if (!s || !*s) return false;
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return false;
+  int shift = 0;
+  switch (toupper((unsigned char)*end)) {
+  case 'K': shift = 10; break;
+  case 'M': shift = 20; break;
+  case 'G': shift = 30; break;
+  case 'T': shift = 40; break;
+  case '\0': break;
+  default: return false;
+  }
+  if (shift && v > (UINT64_MAX >> shift)) return false;
+  *out = (uint64_t)v << shift;
+  return true;
+}
+
+ferry_status ferry__device_state_init(ferry_device *dev) {
+  struct ferry_device_state *s = calloc(1, sizeof *s);
+  if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
+  pthread_mutex_init(&s->cache_lock, NULL);
+  uint64_t limit;
+  if (!env_bytes("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
+  s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
+  dev->state = s;
+  return FERRY_OK;
+}
+
+void ferry__device_state_destroy(ferry_device *dev) {
+  pthread_mutex_destroy(&dev->state->cache_lock);
+  free(dev->state);
+  dev->state = NULL;
+}
+
+static unsigned floor_log2(size_t v) {
+  return (unsigned)(sizeof(unsigned long long) * 8 - 1) - (unsigned)__builtin_clzll(v);
+}
+
+size_t ferry__size_class(size_t bytes) {
+  if (bytes <= MIN_CLASS) return MIN_CLASS;
+  unsigned k = floor_log2(bytes - 1); /* 2^k < bytes <= 2^(k+1) */
+  size_t step = (size_t)1 << (k - 2);
+  size_t rounded = (bytes + step - 1) & ~(step - 1);
+  return rounded < bytes ? bytes : rounded; /* no class above SIZE_MAX - step */
+}
+
+static unsigned bucket_of(size_t class_bytes) {
+  unsigned k = floor_log2(class_bytes);
+  unsigned mantissa = (unsigned)(class_bytes >> (k - 2)) & 3u; /* 4..7 -> 0..3 */
+  return (k * 4 + mantissa) % FERRY_CACHE_BUCKETS;
+}
+
+static bool cache_take(ferry_device *dev, size_t class_bytes, ferry_mem *out) {
+  struct ferry_device_state *s = dev->state;
+  bool found = false;
+  pthread_mutex_lock(&s->cache_lock);
+  ferry_cache_node **link = &s->cache[bucket_of(class_bytes)];
+  for (ferry_cache_node *n = *link; n; link = &n->next, n = n->next) {
+    if (n->class_bytes == class_bytes) {
+      *link = n->next;
+      *out = n->mem;
+      atomic_fetch_sub_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
+      free(n);
+      found = true;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&s->cache_lock);
+  return found;
+}
+
+static bool cache_put(ferry_device *dev, const ferry_mem *mem, size_t class_bytes) {
+  struct ferry_device_state *s = dev->state;
+  ferry_cache_node *n = malloc(sizeof *n);
+  if (!n) return false;
+  n->mem = *mem;
+  n->class_bytes = class_bytes;
+  bool kept = false;
+  pthread_mutex_lock(&s->cache_lock);
+  if (atomic_load_explicit(&s->bytes_cached, memory_order_relaxed) + class_bytes <= s->cache_limit) {
+    ferry_cache_node **head = &s->cache[bucket_of(class_bytes)];
+    n->next = *head;
+    *head = n;
+    atomic_fetch_add_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
+    kept = true;
+  }
+  pthread_mutex_unlock(&s->cache_lock);
+  if (!kept) free(n);
+  return kept;
+}
+
+void ferry__cache_trim(ferry_device *dev) {
+  struct ferry_device_state *s = dev->state;
+  ferry_cache_node *all = NULL;
+  pthread_mutex_lock(&s->cache_lock);
+  for (unsigned b = 0; b < FERRY_CACHE_BUCKETS; b++) {
+    while (s->cache[b]) {
+      ferry_cache_node *n = s->cache[b];
+      s->cache[b] = n->next;
+      n->next = all;
+      all = n;
+    }
+  }
+  atomic_store_explicit(&s->bytes_cached, 0, memory_order_relaxed);
+  pthread_mutex_unlock(&s->cache_lock);
+  /* Back to the driver outside the lock: frees can be slow. */
+  while (all) {
+    ferry_cache_node *n = all;
+    all = n->next;
+    if (dev->ops->free(dev, &n->mem) != FERRY_OK) { /* the memory is lost to us either way; keep going */
+    }
+    free(n);
+  }
+}
+
+ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, size_t *out_class) {
+  size_t class_bytes = 0;
+  if (dev->state->cache_limit) {
+    class_bytes = ferry__size_class(bytes);
+    if (class_bytes > dev->info.max_allocation) class_bytes = 0;
+  }
+  ferry_mem mem = {0};
+  if (class_bytes && cache_take(dev, class_bytes, &mem)) {
+    *out = mem;
+    *out_class = class_bytes;
+    return FERRY_OK;
+  }
+  size_t ask = class_bytes ? class_bytes : bytes;
+  ferry_status st = dev->ops->alloc(dev, ask, &mem);
+  if (st == FERRY_ERROR_OUT_OF_MEMORY && atomic_load(&dev->state->bytes_cached) > 0) {
+    ferry__cache_trim(dev);
+    st = dev->ops->alloc(dev, ask, &mem);
+  }
+  if (st == FERRY_ERROR_OUT_OF_MEMORY && ask != bytes) {
+    /* The rounding may be what did not fit: the exact size, not cached later. */
+    class_bytes = 0;
+    st = dev->ops->alloc(dev, bytes, &mem);
+  }
+  if (st != FERRY_OK) return st;
+  *out = mem;
+  *out_class = class_bytes;
+  return FERRY_OK;
+}
+
+ferry_status ferry__mem_release(ferry_device *dev, ferry_mem *mem, size_t class_bytes) {
+  if (class_bytes && cache_put(dev, mem, class_bytes)) return FERRY_OK;
+  return dev->ops->free(dev, mem);
+}

@@ -1,0 +1,345 @@
+/* The device registry: starting backends, numbering devices, FERRY_BACKENDS,
+ * device queries, shutdown. */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FERRY_BACKEND(name) extern const ferry_backend ferry_backend_##name;
+#include "backend_list.h"
+#undef FERRY_BACKEND
+
+static const ferry_backend *const builtin_backends[] = {
+#define FERRY_BACKEND(name) &ferry_backend_##name,
+#include "backend_list.h"
+#undef FERRY_BACKEND
+};
+#define BUILTIN_COUNT (sizeof builtin_backends / sizeof builtin_backends[0])
+#define EXTRA_MAX     4
+#define BACKEND_MAX   (BUILTIN_COUNT + EXTRA_MAX)
+
+typedef struct backend_entry {
+  const ferry_backend *backend;
+  bool enabled;
+  size_t first, count;
+  char status[512];
+} backend_entry;
+
+struct ferry_probe {
+  backend_entry *entry;
+};
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int ready; /* 1 once initialised, back to 0 at shutdown */
+
+static const ferry_backend *extra_backends[EXTRA_MAX];
+static size_t extra_count;
+
+static struct {
+  backend_entry entries[BACKEND_MAX]; /* every backend, in numbering order */
+  size_t entry_count;
+  ferry_device **devices;
+  size_t device_count, device_capacity;
+} reg;
+
+ferry_status ferry__register_backend(const ferry_backend *backend) {
+  pthread_mutex_lock(&init_lock);
+  ferry_status st = FERRY_OK;
+  if (!backend || !backend->name || !backend->probe)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: backend, its name and probe are needed");
+  else if (atomic_load(&ready))
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: backend '%s' registered after ferry_init",
+                     backend->name);
+  else if (extra_count == EXTRA_MAX)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: at most %d extra backends", EXTRA_MAX);
+  else
+    extra_backends[extra_count++] = backend;
+  pthread_mutex_unlock(&init_lock);
+  return st;
+}
+
+ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
+  const ferry_backend *b = probe->entry->backend;
+  if (!desc->ops || !desc->ops->alloc || !desc->ops->free || !desc->ops->write || !desc->ops->read || !desc->ops->copy)
+    return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: a device without the required operations", b->name);
+  if (desc->ops->host_ptr_import && (!desc->ops->host_ptr_release || !desc->ops->host_ptr_sync))
+    return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: host_ptr_import without host_ptr_release and host_ptr_sync",
+                       b->name);
+  if (reg.device_count == reg.device_capacity) {
+    size_t cap = reg.device_capacity ? reg.device_capacity * 2 : 8;
+    ferry_device **grown = realloc(reg.devices, cap * sizeof *grown);
+    if (!grown) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "backend %s: no host memory for a device", b->name);
+    reg.devices = grown;
+    reg.device_capacity = cap;
+  }
+  ferry_device *dev = calloc(1, sizeof *dev);
+  if (!dev) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "backend %s: no host memory for a device", b->name);
+  dev->impl = desc->impl;
+  dev->ops = desc->ops;
+  dev->backend = b;
+  dev->caps = desc->caps;
+  snprintf(dev->name, sizeof dev->name, "%s", desc->name ? desc->name : "unnamed");
+  ferry_device_info *info = &dev->info;
+  info->index = reg.device_count;
+  info->backend_index = probe->entry->count;
+  info->name = dev->name;
+  info->backend = b->name;
+  info->total_memory = desc->total_memory;
+  info->max_allocation = desc->max_allocation;
+  info->is_cpu = desc->is_cpu;
+  info->zero_copy = desc->zero_copy;
+  info->host_ptr = desc->host_ptr;
+  info->host_ptr_alignment = desc->host_ptr_alignment ? desc->host_ptr_alignment : 1;
+  snprintf(dev->label, sizeof dev->label, "device %zu (%s: %s)", info->index, b->name, dev->name);
+  ferry_status st = ferry__device_state_init(dev);
+  if (st != FERRY_OK) {
+    free(dev);
+    return st;
+  }
+  reg.devices[reg.device_count++] = dev;
+  probe->entry->count++;
+  return FERRY_OK;
+}
+
+static void device_destroy(ferry_device *dev) {
+  ferry__cache_trim(dev);
+  if (dev->ops->destroy) dev->ops->destroy(dev);
+  ferry__device_state_destroy(dev);
+  free(dev);
+}
+
+/* Finds a backend by name among the built-in ones. */
+static const ferry_backend *builtin_named(const char *name, size_t len) {
+  for (size_t i = 0; i < BUILTIN_COUNT; i++)
+    if (strlen(builtin_backends[i]->name) == len && memcmp(builtin_backends[i]->name, name, len) == 0)
+      return builtin_backends[i];
+  return NULL;
+}
+
+/* Orders the entries as FERRY_BACKENDS says: the named backends enabled, in its
+ * order, then the others disabled (so ferry_backend_get still lists them). */
+static ferry_status plan_backends(void) {
+  const char *env = getenv("FERRY_BACKENDS");
+  bool picked[BUILTIN_COUNT] = {false};
+  reg.entry_count = 0;
+  if (env && *env) {
+    const char *p = env;
+    while (*p) {
+      while (*p == ' ' || *p == ',')
+        p++;
+      const char *start = p;
+      while (*p && *p != ',')
+        p++;
+      const char *end = p;
+      while (end > start && end[-1] == ' ')
+        end--;
+      if (end == start) continue;
+      const ferry_backend *b = builtin_named(start, (size_t)(end - start));
+      if (!b) {
+        char known[256] = "";
+        for (size_t i = 0; i < BUILTIN_COUNT; i++) {
+          strncat(known, builtin_backends[i]->name, sizeof known - strlen(known) - 1);
+          if (i + 1 < BUILTIN_COUNT) strncat(known, ", ", sizeof known - strlen(known) - 1);
+        }
+        return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                           "FERRY_BACKENDS=\"%s\" names '%.*s', which this build does not have (it has: %s)", env,
+                           (int)(end - start), start, known);
+      }
+      size_t i = 0;
+      while (builtin_backends[i] != b)
+        i++;
+      if (picked[i])
+        return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "FERRY_BACKENDS=\"%s\" names '%s' twice", env, b->name);
+      picked[i] = true;
+      reg.entries[reg.entry_count++] = (backend_entry){.backend = b, .enabled = true};
+    }
+  }
+  for (size_t i = 0; i < BUILTIN_COUNT; i++)
+    if (!(env && *env) || !picked[i])
+      reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = !(env && *env)};
+  for (size_t i = 0; i < extra_count; i++)
+    reg.entries[reg.entry_count++] = (backend_entry){.backend = extra_backends[i], .enabled = true};
+  /* Enabled backends first, so that device numbers follow the entries' order. */
+  backend_entry sorted[BACKEND_MAX];
+  size_t n = 0;
+  for (int pass = 0; pass < 2; pass++)
+    for (size_t i = 0; i < reg.entry_count; i++)
+      if (reg.entries[i].enabled == (pass == 0)) sorted[n++] = reg.entries[i];
+  memcpy(reg.entries, sorted, n * sizeof sorted[0]);
+  return FERRY_OK;
+}
+
+static void probe_backend(backend_entry *e) {
+  if (!e->enabled) {
+    snprintf(e->status, sizeof e->status, "left out by FERRY_BACKENDS");
+    return;
+  }
+  e->first = reg.device_count;
+  ferry_probe probe = {.entry = e};
+  ferry_status st = e->backend->probe(&probe);
+  if (st != FERRY_OK) {
+    /* A backend that fails half way gives up all of its devices. */
+    snprintf(e->status, sizeof e->status, "%s", ferry__error_text());
+    while (reg.device_count > e->first)
+      device_destroy(reg.devices[--reg.device_count]);
+    e->count = 0;
+    if (e->backend->unload) e->backend->unload();
+    return;
+  }
+  if (e->count == 0)
+    snprintf(e->status, sizeof e->status, "the driver is present but reports no devices");
+  else
+    snprintf(e->status, sizeof e->status, "ok");
+}
+
+ferry_status ferry__ensure_init(void) {
+  if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
+  pthread_mutex_lock(&init_lock);
+  ferry_status st = FERRY_OK;
+  if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
+    /* Backends that are absent write their reasons into the thread's sentence;
+     * the caller's sentence is kept. */
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    st = plan_backends();
+    if (st == FERRY_OK) st = ferry__handles_init();
+    if (st == FERRY_OK) {
+      for (size_t i = 0; i < reg.entry_count; i++)
+        probe_backend(&reg.entries[i]);
+      ferry__fail(FERRY_OK, "%s", saved);
+      atomic_store_explicit(&ready, 1, memory_order_release);
+    }
+  }
+  pthread_mutex_unlock(&init_lock);
+  return st;
+}
+
+ferry_status ferry_init(void) { return ferry__ensure_init(); }
+
+void ferry_shutdown(void) {
+  pthread_mutex_lock(&init_lock);
+  if (atomic_load(&ready)) {
+    const char *debug = getenv("FERRY_DEBUG");
+    bool leaks = debug && strstr(debug, "leaks");
+    ferry__handles_shutdown(leaks);
+    ferry__host_shutdown();
+    for (size_t i = reg.device_count; i-- > 0;)
+      device_destroy(reg.devices[i]);
+    for (size_t i = reg.entry_count; i-- > 0;)
+      if (reg.entries[i].enabled && reg.entries[i].count > 0 && reg.entries[i].backend->unload)
+        reg.entries[i].backend->unload();
+    free(reg.devices);
+    reg.devices = NULL;
+    reg.device_count = reg.device_capacity = 0;
+    reg.entry_count = 0;
+    ferry__copy_pool_shutdown();
+    atomic_store(&ready, 0);
+  }
+  pthread_mutex_unlock(&init_lock);
+}
+
+ferry_status ferry__check_device(const ferry_device *device, const char *fn) {
+  ferry_status st = ferry__ensure_init();
+  if (st != FERRY_OK) return st;
+  if (!device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: device is NULL", fn);
+  for (size_t i = 0; i < reg.device_count; i++)
+    if (reg.devices[i] == device) return FERRY_OK;
+  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                     "%s: %p is not a device of this session (a device pointer from before ferry_shutdown()?)", fn,
+                     (const void *)device);
+}
+
+size_t ferry_device_count(void) { return ferry__ensure_init() == FERRY_OK ? reg.device_count : 0; }
+
+ferry_status ferry_device_get(size_t index, ferry_device **out_device) {
+  ferry_status st = ferry__ensure_init();
+  if (st != FERRY_OK) return st;
+  if (!out_device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_get: out_device is NULL");
+  if (index >= reg.device_count)
+    return ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_device_get: device index %zu, but there are %zu devices (0..%zu)",
+                       index, reg.device_count, reg.device_count ? reg.device_count - 1 : 0);
+  *out_device = reg.devices[index];
+  return FERRY_OK;
+}
+
+ferry_device *ferry_device_best(void) {
+  if (ferry__ensure_init() != FERRY_OK || reg.device_count == 0) return NULL;
+  for (size_t i = 0; i < reg.device_count; i++)
+    if (!reg.devices[i]->info.is_cpu) return reg.devices[i];
+  for (size_t i = 0; i < reg.device_count; i++)
+    if (strcmp(reg.devices[i]->backend->name, "native") == 0) return reg.devices[i];
+  return reg.devices[0];
+}
+
+ferry_status ferry_device_info_get(const ferry_device *device, ferry_device_info *out_info) {
+  ferry_status st = ferry__check_device(device, "ferry_device_info_get");
+  if (st != FERRY_OK) return st;
+  if (!out_info) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_info_get: out_info is NULL");
+  *out_info = device->info;
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_native) {
+  ferry_status st = ferry__check_device(device, "ferry_device_native");
+  if (st != FERRY_OK) return st;
+  if (!out_native) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_native: out_native is NULL");
+  ferry_native n = {0};
+  if (device->ops->native) {
+    st = device->ops->native(device, &n);
+    if (st != FERRY_OK) return st;
+  }
+  *out_native = n;
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_synchronize(ferry_device *device) {
+  ferry_status st = ferry__check_device(device, "ferry_device_synchronize");
+  if (st != FERRY_OK) return st;
+  return device->ops->synchronize ? device->ops->synchronize(device) : FERRY_OK;
+}
+
+size_t ferry_backend_count(void) { return ferry__ensure_init() == FERRY_OK ? reg.entry_count : 0; }
+
+ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info) {
+  ferry_status st = ferry__ensure_init();
+  if (st != FERRY_OK) return st;
+  if (!out_info) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_backend_get: out_info is NULL");
+  if (index >= reg.entry_count)
+    return ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_backend_get: backend index %zu, but there are %zu backends", index,
+                       reg.entry_count);
+  const backend_entry *e = &reg.entries[index];
+  *out_info = (ferry_backend_info){.name = e->backend->name,
+                                   .enabled = e->enabled,
+                                   .device_count = e->count,
+                                   .first_device = e->first,
+                                   .status = e->status};
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_stats) {
+  ferry_status st = ferry__check_device(device, "ferry_device_stats");
+  if (st != FERRY_OK) return st;
+  if (!out_stats) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_stats: out_stats is NULL");
+  struct ferry_device_state *s = device->state;
+  *out_stats = (ferry_stats){
+      .live_buffers = atomic_load(&s->live_buffers),
+      .bytes_in_use = atomic_load(&s->bytes_in_use),
+      .bytes_cached = atomic_load(&s->bytes_cached),
+      .peak_bytes_in_use = atomic_load(&s->peak_bytes_in_use),
+      .h2d_bytes = atomic_load(&s->h2d_bytes),
+      .d2h_bytes = atomic_load(&s->d2h_bytes),
+      .d2d_bytes = atomic_load(&s->d2d_bytes),
+      .h2d_count = atomic_load(&s->h2d_count),
+      .d2h_count = atomic_load(&s->d2h_count),
+      .d2d_count = atomic_load(&s->d2d_count),
+  };
+  return FERRY_OK;
+}
+
+ferry_status ferry_device_trim(ferry_device *device) {
+  ferry_status st = ferry__check_device(device, "ferry_device_trim");
+  if (st != FERRY_OK) return st;
+  ferry__cache_trim(device);
+  return FERRY_OK;
+}

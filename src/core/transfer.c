@@ -1,0 +1,300 @@
+/*
+ * Transfers: every argument is checked here, then the backend moves the bytes.
+ *
+ * A zero-copy or host-ptr buffer addressed through its own array only
+ * synchronises (the bytes are already there); through any other array it
+ * copies, exactly as a buffer with memory of its own. Copies between devices
+ * take the best path there is: the backend's peer copy, a direct read or write
+ * when one side is plain host memory, else a staged copy through host memory.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Puts "fn: buffer ...: " in front of the backend's sentence. */
+static ferry_status backend_failed(ferry_status st, const char *fn, const ferry_slot *slot) {
+  char text[512];
+  return ferry__fail(st, "%s: %s: %s", fn, ferry__buffer_text(slot, text), ferry__error_text());
+}
+
+static void count(_Atomic uint64_t *bytes_counter, _Atomic uint64_t *count_counter, size_t bytes) {
+  ferry__stat_add(bytes_counter, bytes);
+  ferry__stat_add(count_counter, 1);
+}
+
+/* ---- checks ---------------------------------------------------------------- */
+
+static ferry_status check_typed(const char *fn, ferry_array a, const ferry_slot *slot, size_t *out_bytes) {
+  char text[512];
+  if (slot->kind == FERRY_CUSTOM)
+    return ferry__fail(FERRY_ERROR_KIND_MISMATCH,
+                       "%s: %s is a custom buffer; custom buffers take only ferry_host_ptr_to_device, "
+                       "ferry_device_to_host_ptr and the byte-range functions",
+                       fn, ferry__buffer_text(slot, text));
+  if ((unsigned)a.kind > (unsigned)FERRY_CUSTOM)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
+  if (a.kind != slot->kind)
+    return ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: host array is %s, %s is %s", fn, ferry_kind_name(a.kind),
+                       ferry__buffer_text(slot, text), ferry_kind_name(slot->kind));
+  if (a.length != slot->length)
+    return ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: host array has %zu %s elements, %s has %zu", fn, a.length,
+                       ferry_kind_name(a.kind), ferry__buffer_text(slot, text), slot->length);
+  if (!a.data && a.length > 0)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array data is NULL but its length is %zu", fn, a.length);
+  *out_bytes = slot->bytes;
+  return FERRY_OK;
+}
+
+static ferry_status check_ptr(const char *fn, const void *ptr, size_t byte_size, const ferry_slot *slot) {
+  char text[512];
+  if (byte_size != slot->bytes)
+    return ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: byte_size is %zu, %s has %zu bytes", fn, byte_size,
+                       ferry__buffer_text(slot, text), slot->bytes);
+  if (!ptr && byte_size > 0)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: the host pointer is NULL but byte_size is %zu", fn,
+                       byte_size);
+  return FERRY_OK;
+}
+
+static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
+                                const char *which) {
+  char text[512];
+  if (offset > SIZE_MAX - bytes)
+    return ferry__fail(FERRY_ERROR_OVERFLOW, "%s: %s offset %zu + %zu bytes overflows size_t", fn, which, offset,
+                       bytes);
+  if (offset + bytes > slot->bytes)
+    return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: %s bytes %zu..%zu run past the end of %s, which has %zu bytes",
+                       fn, which, offset, offset + bytes, ferry__buffer_text(slot, text), slot->bytes);
+  return FERRY_OK;
+}
+
+/* ---- moving bytes between the host and one buffer -------------------------- */
+
+/* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
+ * buffer addressed through its own array)? */
+static bool own_bytes(const ferry_slot *slot, size_t offset, const void *host) {
+  return slot->zero_copy && host == (const char *)slot->host_array + offset;
+}
+
+static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir dir) {
+  ferry_device *dev = slot->device;
+  if (!(slot->mem.flags & FERRY_MEM_HOST_PTR)) return FERRY_OK; /* zero-copy: nothing to hand over */
+  ferry_status st = dev->ops->host_ptr_sync(dev, &slot->mem, dir);
+  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
+}
+
+static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset, const void *src, size_t bytes) {
+  ferry_device *dev = slot->device;
+  ferry_status st = FERRY_OK;
+  if (bytes > 0) {
+    if (own_bytes(slot, offset, src))
+      st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
+    else if ((st = dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
+      st = backend_failed(st, fn, slot);
+  }
+  if (st == FERRY_OK) count(&dev->state->h2d_bytes, &dev->state->h2d_count, bytes);
+  return st;
+}
+
+static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, void *dst, size_t bytes) {
+  ferry_device *dev = slot->device;
+  ferry_status st = FERRY_OK;
+  if (bytes > 0) {
+    if (own_bytes(slot, offset, dst))
+      st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
+    else if ((st = dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
+      st = backend_failed(st, fn, slot);
+  }
+  if (st == FERRY_OK) count(&dev->state->d2h_bytes, &dev->state->d2h_count, bytes);
+  return st;
+}
+
+/* ---- copies between buffers ------------------------------------------------ */
+
+#define STAGE_CHUNK (8u << 20)
+
+/* Through host memory, chunk by chunk, when neither side is plain host memory. */
+static ferry_status copy_staged(ferry_device *sdev, const ferry_mem *smem, size_t so, ferry_device *ddev,
+                                ferry_mem *dmem, size_t doff, size_t bytes) {
+  size_t chunk = bytes < STAGE_CHUNK ? bytes : STAGE_CHUNK;
+  void *bounce = malloc(chunk);
+  if (!bounce) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s staging buffer",
+                       ferry__bytes_text(chunk, text));
+  }
+  ferry_status st = FERRY_OK;
+  for (size_t done = 0; done < bytes && st == FERRY_OK; done += chunk) {
+    size_t n = bytes - done < chunk ? bytes - done : chunk;
+    st = sdev->ops->read(sdev, smem, so + done, bounce, n);
+    if (st == FERRY_OK) st = ddev->ops->write(ddev, dmem, doff + done, bounce, n);
+  }
+  free(bounce);
+  return st;
+}
+
+/* Within one allocation, overlapping, on a device whose copy cannot overlap: via
+ * a temporary allocation on the same device. */
+static ferry_status copy_overlapping(ferry_device *dev, ferry_mem *mem, size_t so, size_t doff, size_t bytes) {
+  ferry_mem tmp;
+  size_t class_bytes;
+  ferry_status st = ferry__mem_alloc(dev, bytes, &tmp, &class_bytes);
+  if (st != FERRY_OK) return st;
+  st = dev->ops->copy(dev, mem, so, &tmp, 0, bytes);
+  if (st == FERRY_OK) st = dev->ops->copy(dev, &tmp, 0, mem, doff, bytes);
+  char saved[1024];
+  snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  ferry__mem_release(dev, &tmp, class_bytes);
+  if (st != FERRY_OK) ferry__fail(st, "%s", saved);
+  return st;
+}
+
+static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry_slot *dst, size_t doff, size_t bytes) {
+  ferry_device *sdev = src->device, *ddev = dst->device;
+  ferry_status st = FERRY_OK;
+  if (bytes == 0 || (src == dst && so == doff)) {
+    /* Nothing to move. */
+  } else if (sdev == ddev) {
+    bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
+    if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
+      st = copy_overlapping(sdev, &src->mem, so, doff, bytes);
+    else
+      st = sdev->ops->copy(sdev, &src->mem, so, &dst->mem, doff, bytes);
+  } else {
+    st = FERRY_ERROR_UNSUPPORTED;
+    if (sdev->backend == ddev->backend && sdev->ops->copy_peer)
+      st = sdev->ops->copy_peer(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
+    if (st == FERRY_ERROR_UNSUPPORTED) {
+      if (src->mem.host)
+        st = ddev->ops->write(ddev, &dst->mem, doff, (const char *)src->mem.host + so, bytes);
+      else if (dst->mem.host)
+        st = sdev->ops->read(sdev, &src->mem, so, (char *)dst->mem.host + doff, bytes);
+      else
+        st = copy_staged(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
+    }
+  }
+  if (st != FERRY_OK) {
+    char a[512], b[512];
+    return ferry__fail(st, "%s: from %s to %s: %s", fn, ferry__buffer_text(src, a), ferry__buffer_text(dst, b),
+                       ferry__error_text());
+  }
+  count(&ddev->state->d2d_bytes, &ddev->state->d2d_count, bytes);
+  return FERRY_OK;
+}
+
+/* ---- the public transfers -------------------------------------------------- */
+
+ferry_status ferry_host_to_device(ferry_array src, ferry_buffer dst) {
+  static const char fn[] = "ferry_host_to_device";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(dst, fn, &slot);
+  if (st != FERRY_OK) return st;
+  size_t bytes = 0;
+  if ((st = check_typed(fn, src, slot, &bytes)) == FERRY_OK) st = write_bytes(fn, slot, 0, src.data, bytes);
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_device_to_host(ferry_buffer src, ferry_array dst) {
+  static const char fn[] = "ferry_device_to_host";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(src, fn, &slot);
+  if (st != FERRY_OK) return st;
+  size_t bytes = 0;
+  if ((st = check_typed(fn, dst, slot, &bytes)) == FERRY_OK) st = read_bytes(fn, slot, 0, dst.data, bytes);
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_host_ptr_to_device(const void *src_ptr, size_t byte_size, ferry_buffer dst) {
+  static const char fn[] = "ferry_host_ptr_to_device";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(dst, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if ((st = check_ptr(fn, src_ptr, byte_size, slot)) == FERRY_OK) st = write_bytes(fn, slot, 0, src_ptr, byte_size);
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_device_to_host_ptr(ferry_buffer src, void *dst_ptr, size_t byte_size) {
+  static const char fn[] = "ferry_device_to_host_ptr";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(src, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if ((st = check_ptr(fn, dst_ptr, byte_size, slot)) == FERRY_OK) st = read_bytes(fn, slot, 0, dst_ptr, byte_size);
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst) {
+  static const char fn[] = "ferry_device_to_device";
+  ferry_slot *s, *d;
+  ferry_status st = ferry__acquire(src, fn, &s);
+  if (st != FERRY_OK) return st;
+  if ((st = ferry__acquire(dst, fn, &d)) != FERRY_OK) {
+    ferry__release(s);
+    return st;
+  }
+  char a[512], b[512];
+  if (s->kind != d->kind || s->elem_size != d->elem_size)
+    st = ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: %s and %s differ in kind (%s, %zu bytes each vs %s, %zu)", fn,
+                     ferry__buffer_text(s, a), ferry__buffer_text(d, b), ferry_kind_name(s->kind), s->elem_size,
+                     ferry_kind_name(d->kind), d->elem_size);
+  else if (s->length != d->length)
+    st = ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: %s has %zu elements, %s has %zu", fn, ferry__buffer_text(s, a),
+                     s->length, ferry__buffer_text(d, b), d->length);
+  else
+    st = copy_bytes(fn, s, 0, d, 0, s->bytes);
+  ferry__release(d);
+  ferry__release(s);
+  return st;
+}
+
+ferry_status ferry_write(ferry_buffer dst, size_t dst_offset, const void *src, size_t bytes) {
+  static const char fn[] = "ferry_write";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(dst, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if ((st = check_range(fn, slot, dst_offset, bytes, "destination")) == FERRY_OK) {
+    if (!src && bytes > 0)
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: src is NULL but bytes is %zu", fn, bytes);
+    else
+      st = write_bytes(fn, slot, dst_offset, src, bytes);
+  }
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_read(ferry_buffer src, size_t src_offset, void *dst, size_t bytes) {
+  static const char fn[] = "ferry_read";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(src, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if ((st = check_range(fn, slot, src_offset, bytes, "source")) == FERRY_OK) {
+    if (!dst && bytes > 0)
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: dst is NULL but bytes is %zu", fn, bytes);
+    else
+      st = read_bytes(fn, slot, src_offset, dst, bytes);
+  }
+  ferry__release(slot);
+  return st;
+}
+
+ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, size_t dst_offset, size_t bytes) {
+  static const char fn[] = "ferry_copy";
+  ferry_slot *s, *d;
+  ferry_status st = ferry__acquire(src, fn, &s);
+  if (st != FERRY_OK) return st;
+  if ((st = ferry__acquire(dst, fn, &d)) != FERRY_OK) {
+    ferry__release(s);
+    return st;
+  }
+  if ((st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
+      (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
+    st = copy_bytes(fn, s, src_offset, d, dst_offset, bytes);
+  ferry__release(d);
+  ferry__release(s);
+  return st;
+}

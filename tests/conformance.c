@@ -1,0 +1,151 @@
+/*
+ * The conformance suite: one set of cases, run on every device present.
+ *
+ *   ferry_conformance --backend NAME   every case on each device of backend NAME
+ *   ferry_conformance --cross          the cross-device cases on every ordered pair of devices
+ *   ferry_conformance --backends       list the backends; fail if FERRY_REQUIRE_BACKENDS names one without devices
+ *
+ * A backend with no device is skipped (exit 77) with the reason, unless
+ * FERRY_REQUIRE_BACKENDS names it: then the run fails, naming it.
+ */
+#include "conformance.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(void) { fprintf(stderr, "usage: ferry_conformance --backend NAME | --cross | --backends\n"); }
+
+static bool find_backend(const char *name, ferry_backend_info *out) {
+  for (size_t i = 0; i < ferry_backend_count(); i++) {
+    if (ferry_backend_get(i, out) == FERRY_OK && strcmp(out->name, name) == 0) return true;
+  }
+  return false;
+}
+
+static int run_backend(const char *name) {
+  ferry_backend_info b;
+  if (!find_backend(name, &b)) {
+    if (harness_backend_required(name)) {
+      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, which this build does not have\n", name);
+      return 1;
+    }
+    printf("SKIP backend %s: not in this build\n", name);
+    return HARNESS_SKIP;
+  }
+  if (b.device_count == 0) {
+    if (harness_backend_required(name)) {
+      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, but it has no device: %s\n", name, b.status);
+      return 1;
+    }
+    printf("SKIP backend %s: %s\n", name, b.status);
+    return HARNESS_SKIP;
+  }
+  char context[512];
+  for (size_t d = 0; d < b.device_count; d++) {
+    ferry_device *dev;
+    if (ferry_device_get(b.first_device + d, &dev) != FERRY_OK) {
+      fprintf(stderr, "FAIL: device %zu of backend %s: %s\n", d, name, ferry_last_error());
+      return 1;
+    }
+    ferry_device_info info;
+    ferry_device_info_get(dev, &info);
+    printf("backend %s, device %zu: %s\n", name, info.index, info.name);
+    for (const conformance_case *c = conformance_device_cases; c->name; c++) {
+      snprintf(context, sizeof context, "%s[%zu] %s", name, info.index, c->name);
+      harness_context = context;
+      int before = harness_failures;
+      c->run(dev, &info);
+      printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
+      fflush(stdout);
+    }
+    /* Skips that a device's capabilities imply, said once per device. */
+    if (!info.zero_copy) printf("  (zero-copy cases checked the refusal only: device memory is not host memory)\n");
+    if (!info.host_ptr) printf("  (host-ptr cases checked the refusal only: the device has no host-pointer buffers)\n");
+  }
+  harness_context = "";
+  return harness_finish(name);
+}
+
+static int run_cross(void) {
+  size_t n = ferry_device_count();
+  if (n < 2) {
+    printf("SKIP cross-device cases: %zu device(s)\n", n);
+    return HARNESS_SKIP;
+  }
+  char context[512];
+  for (size_t i = 0; i < n; i++) {
+    for (size_t j = 0; j < n; j++) {
+      if (i == j) continue;
+      ferry_device *a, *b;
+      ferry_device_get(i, &a);
+      ferry_device_get(j, &b);
+      ferry_device_info ia, ib;
+      ferry_device_info_get(a, &ia);
+      ferry_device_info_get(b, &ib);
+      printf("devices %zu (%s) -> %zu (%s)\n", i, ia.backend, j, ib.backend);
+      for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++) {
+        snprintf(context, sizeof context, "%s[%zu] -> %s[%zu] %s", ia.backend, i, ib.backend, j, c->name);
+        harness_context = context;
+        int before = harness_failures;
+        c->run(a, &ia, b, &ib);
+        printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
+        fflush(stdout);
+      }
+    }
+  }
+  harness_context = "";
+  return harness_finish("cross");
+}
+
+/* Lists every backend with its devices or the reason it has none. */
+static int run_backends(void) {
+  int missing = 0;
+  for (size_t i = 0; i < ferry_backend_count(); i++) {
+    ferry_backend_info b;
+    ferry_backend_get(i, &b);
+    if (b.device_count)
+      printf("%-8s %zu device(s)\n", b.name, b.device_count);
+    else
+      printf("%-8s skipped: %s\n", b.name, b.status);
+    if (!b.device_count && harness_backend_required(b.name)) {
+      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, but it has no device: %s\n", b.name, b.status);
+      missing++;
+    }
+  }
+  /* A required name that is not a backend at all is a typo worth failing on. */
+  const char *req = getenv("FERRY_REQUIRE_BACKENDS");
+  if (req) {
+    char copy[512];
+    snprintf(copy, sizeof copy, "%s", req);
+    for (char *tok = strtok(copy, ", "); tok; tok = strtok(NULL, ", ")) {
+      ferry_backend_info b;
+      if (!find_backend(tok, &b)) {
+        fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, which this build does not have\n", tok);
+        missing++;
+      }
+    }
+  }
+  return missing ? 1 : 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  ferry_status st = ferry_init();
+  if (st != FERRY_OK) {
+    fprintf(stderr, "FAIL: ferry_init: %s: %s\n", ferry_status_name(st), ferry_last_error());
+    return 1;
+  }
+  int rc;
+  if (argc == 3 && strcmp(argv[1], "--backend") == 0)
+    rc = run_backend(argv[2]);
+  else if (argc == 2 && strcmp(argv[1], "--cross") == 0)
+    rc = run_cross();
+  else if (argc == 2 && strcmp(argv[1], "--backends") == 0)
+    rc = run_backends();
+  else {
+    usage();
+    rc = 2;
+  }
+  ferry_shutdown();
+  return rc;
+}

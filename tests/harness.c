@@ -1,0 +1,75 @@
+#include "harness.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+int harness_failures;
+int harness_checks;
+const char *harness_context = "";
+
+void harness_fail(const char *file, int line, const char *fmt, ...) {
+  harness_failures++;
+  fprintf(stderr, "FAIL %s%s%s:%d: ", harness_context, *harness_context ? " at " : "", file, line);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fputc('\n', stderr);
+}
+
+static uint32_t mix(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x7feb352dU;
+  x ^= x >> 15;
+  x *= 0x846ca68bU;
+  x ^= x >> 16;
+  return x;
+}
+
+void fill_pattern(void *p, size_t n, uint32_t seed) {
+  unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    b[i] = (unsigned char)(mix((uint32_t)(i / 4) * 2654435761u ^ seed) >> (8 * (i % 4))) | 1u;
+}
+
+size_t find_pattern_mismatch(const void *p, size_t n, uint32_t seed) {
+  const unsigned char *b = p;
+  for (size_t i = 0; i < n; i++)
+    if (b[i] != ((unsigned char)(mix((uint32_t)(i / 4) * 2654435761u ^ seed) >> (8 * (i % 4))) | 1u)) return i;
+  return SIZE_MAX;
+}
+
+bool harness_backend_required(const char *backend) {
+  const char *env = getenv("FERRY_REQUIRE_BACKENDS");
+  if (!env) return false;
+  size_t len = strlen(backend);
+  for (const char *p = env; *p;) {
+    while (*p == ',' || *p == ' ')
+      p++;
+    const char *start = p;
+    while (*p && *p != ',')
+      p++;
+    const char *end = p;
+    while (end > start && end[-1] == ' ')
+      end--;
+    if ((size_t)(end - start) == len && memcmp(start, backend, len) == 0) return true;
+  }
+  return false;
+}
+
+void *harness_aligned(size_t align, size_t bytes) {
+  void *p = NULL;
+  if (align < sizeof(void *)) align = sizeof(void *);
+  if (posix_memalign(&p, align, bytes ? bytes : 1) != 0) return NULL;
+  return p;
+}
+
+int harness_finish(const char *program) {
+  if (harness_failures) {
+    fprintf(stderr, "%s: %d of %d checks FAILED\n", program, harness_failures, harness_checks);
+    return 1;
+  }
+  printf("%s: all %d checks passed\n", program, harness_checks);
+  return 0;
+}

@@ -1,0 +1,69 @@
+/*
+ * The test harness: checks that record a failure and go on, a pass/fail count,
+ * and exit code 77 for "skipped" (ctest's SKIP_RETURN_CODE).
+ */
+#ifndef FERRY_TESTS_HARNESS_H
+#define FERRY_TESTS_HARNESS_H
+
+#include "ferry.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define HARNESS_SKIP 77
+
+extern int harness_failures;
+extern int harness_checks;
+extern const char *harness_context; /* printed with each failure: "native: zero_length" */
+
+void harness_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define CHECK(cond)                                                                                                    \
+  do {                                                                                                                 \
+    harness_checks++;                                                                                                  \
+    if (!(cond)) harness_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond);                                          \
+  } while (0)
+
+#define CHECK_MSG(cond, ...)                                                                                           \
+  do {                                                                                                                 \
+    harness_checks++;                                                                                                  \
+    if (!(cond)) harness_fail(__FILE__, __LINE__, __VA_ARGS__);                                                        \
+  } while (0)
+
+/* The call must return `want`; on a mismatch the failure shows both and the error sentence. */
+#define CHECK_STATUS(expr, want)                                                                                       \
+  do {                                                                                                                 \
+    harness_checks++;                                                                                                  \
+    ferry_status got_ = (expr);                                                                                        \
+    if (got_ != (want))                                                                                                \
+      harness_fail(__FILE__, __LINE__, "%s returned %s, expected %s (last error: %s)", #expr, ferry_status_name(got_), \
+                   ferry_status_name(want), ferry_last_error());                                                       \
+  } while (0)
+
+#define CHECK_OK(expr) CHECK_STATUS(expr, FERRY_OK)
+
+/* The last error sentence must contain `needle`. */
+#define CHECK_ERROR_HAS(needle)                                                                                        \
+  do {                                                                                                                 \
+    harness_checks++;                                                                                                  \
+    if (!strstr(ferry_last_error(), (needle)))                                                                         \
+      harness_fail(__FILE__, __LINE__, "last error lacks \"%s\": %s", (needle), ferry_last_error());                   \
+  } while (0)
+
+/* Deterministic bytes that differ with offset and seed, never all zero. */
+void fill_pattern(void *p, size_t n, uint32_t seed);
+/* Index of the first byte that differs from fill_pattern(n, seed), or SIZE_MAX. */
+size_t find_pattern_mismatch(const void *p, size_t n, uint32_t seed);
+
+/* Is `backend` named in FERRY_REQUIRE_BACKENDS (comma list)? */
+bool harness_backend_required(const char *backend);
+
+/* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
+void *harness_aligned(size_t align, size_t bytes);
+
+/* Prints the summary line and returns the exit code (0 or 1). */
+int harness_finish(const char *program);
+
+#endif
