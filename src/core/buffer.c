@@ -223,6 +223,10 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
     st = ferry__mem_release(dev, &slot->mem, slot->class_bytes);
   }
   stats_buffer_died(dev, slot->bytes);
+  if (st != FERRY_OK) {
+    char text[512];
+    ferry__fail(st, "%s was released, but %s", ferry__buffer_text(slot, text), ferry__error_text());
+  }
   return st;
 }
 
@@ -230,10 +234,8 @@ ferry_status ferry_free(ferry_buffer buffer) {
   ferry_status st = ferry__ensure_init();
   if (st != FERRY_OK) return st;
   st = ferry__retire(buffer, "ferry_free");
-  if (st == FERRY_ERROR_BACKEND) {
-    /* The handle is gone either way; say so. */
-    ferry__fail(st, "ferry_free: the buffer was released, but %s", ferry__error_text());
-  }
+  /* A driver failure while releasing: the handle is gone either way, and the sentence says so. */
+  if (st != FERRY_OK && st != FERRY_ERROR_STALE_BUFFER) ferry__fail(st, "ferry_free: %s", ferry__error_text());
   return st;
 }
 

@@ -52,8 +52,8 @@ size_t ferry__size_class(size_t bytes);
 ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, size_t *out_class);
 /* Gives memory back: to the cache when it came from a class, else to the backend. */
 ferry_status ferry__mem_release(ferry_device *dev, ferry_mem *mem, size_t class_bytes);
-/* Empties the device's cache into the backend. */
-void ferry__cache_trim(ferry_device *dev);
+/* Empties the device's cache into the backend; the first driver failure is returned. */
+ferry_status ferry__cache_trim(ferry_device *dev);
 
 void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
 

@@ -12,6 +12,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -117,7 +118,7 @@ static bool cache_put(ferry_device *dev, const ferry_mem *mem, size_t class_byte
   return kept;
 }
 
-void ferry__cache_trim(ferry_device *dev) {
+ferry_status ferry__cache_trim(ferry_device *dev) {
   struct ferry_device_state *s = dev->state;
   ferry_cache_node *all = NULL;
   pthread_mutex_lock(&s->cache_lock);
@@ -131,14 +132,22 @@ void ferry__cache_trim(ferry_device *dev) {
   }
   atomic_store_explicit(&s->bytes_cached, 0, memory_order_relaxed);
   pthread_mutex_unlock(&s->cache_lock);
-  /* Back to the driver outside the lock: frees can be slow. */
+  /* Back to the driver outside the lock: frees can be slow. Every block leaves
+   * the cache; the first driver failure is reported (with its sentence). */
+  ferry_status first = FERRY_OK;
+  char saved[1024] = "";
   while (all) {
     ferry_cache_node *n = all;
     all = n->next;
-    if (dev->ops->free(dev, &n->mem) != FERRY_OK) { /* the memory is lost to us either way; keep going */
+    ferry_status st = dev->ops->free(dev, &n->mem);
+    if (st != FERRY_OK && first == FERRY_OK) {
+      first = st;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
     }
     free(n);
   }
+  if (first != FERRY_OK) ferry__fail(first, "%s", saved);
+  return first;
 }
 
 ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, size_t *out_class) {
@@ -156,8 +165,12 @@ ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, s
   size_t ask = class_bytes ? class_bytes : bytes;
   ferry_status st = dev->ops->alloc(dev, ask, &mem);
   if (st == FERRY_ERROR_OUT_OF_MEMORY && atomic_load(&dev->state->bytes_cached) > 0) {
-    ferry__cache_trim(dev);
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    ferry__cache_trim(dev); /* a failure to free is the driver's; the retry says what matters */
     st = dev->ops->alloc(dev, ask, &mem);
+    if (st != FERRY_OK && st != FERRY_ERROR_OUT_OF_MEMORY)
+      ferry__fail(st, "%s (after: %s)", ferry__error_text(), saved);
   }
   if (st == FERRY_ERROR_OUT_OF_MEMORY && ask != bytes) {
     /* The rounding may be what did not fit: the exact size, not cached later. */

@@ -103,7 +103,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
 }
 
 static void device_destroy(ferry_device *dev) {
-  ferry__cache_trim(dev);
+  if (ferry__cache_trim(dev) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry__error_text());
   if (dev->ops->destroy) dev->ops->destroy(dev);
   ferry__device_state_destroy(dev);
   free(dev);
@@ -287,7 +287,7 @@ ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_n
   ferry_native n = {0};
   if (device->ops->native) {
     st = device->ops->native(device, &n);
-    if (st != FERRY_OK) return st;
+    if (st != FERRY_OK) return ferry__fail(st, "ferry_device_native: %s: %s", device->label, ferry__error_text());
   }
   *out_native = n;
   return FERRY_OK;
@@ -295,8 +295,10 @@ ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_n
 
 ferry_status ferry_device_synchronize(ferry_device *device) {
   ferry_status st = ferry__check_device(device, "ferry_device_synchronize");
-  if (st != FERRY_OK) return st;
-  return device->ops->synchronize ? device->ops->synchronize(device) : FERRY_OK;
+  if (st != FERRY_OK || !device->ops->synchronize) return st;
+  st = device->ops->synchronize(device);
+  if (st != FERRY_OK) ferry__fail(st, "ferry_device_synchronize: %s: %s", device->label, ferry__error_text());
+  return st;
 }
 
 size_t ferry_backend_count(void) { return ferry__ensure_init() == FERRY_OK ? reg.entry_count : 0; }
@@ -340,6 +342,7 @@ ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_sta
 ferry_status ferry_device_trim(ferry_device *device) {
   ferry_status st = ferry__check_device(device, "ferry_device_trim");
   if (st != FERRY_OK) return st;
-  ferry__cache_trim(device);
+  st = ferry__cache_trim(device);
+  if (st != FERRY_OK) return ferry__fail(st, "ferry_device_trim: %s: %s", device->label, ferry__error_text());
   return FERRY_OK;
 }

@@ -82,10 +82,11 @@ static ferry_status verify(const ferry_device *dev, const checked_alloc *a) {
   char found[64];
   hex_bytes(found, sizeof found, bad, end);
   long long offset = (long long)(bad - user);
+  (void)dev;
   return ferry__fail(FERRY_ERROR_BACKEND,
-                     "checked: out-of-bounds write found on %s: the guard bytes %s of a %zu-byte buffer were "
-                     "overwritten at offset %lld (buffer offsets 0..%zu are its own): found %s, expected %02x",
-                     dev->label, where, a->bytes, offset, a->bytes, found, GUARD_BYTE);
+                     "checked: out-of-bounds write into the guard bytes %s of the %zu-byte buffer at %p: offset "
+                     "%lld (its own bytes are 0..%lld) holds %s, expected %02x",
+                     where, a->bytes, (void *)user, offset, (long long)a->bytes - 1, found, GUARD_BYTE);
 }
 
 /* Checks a quarantined block's poison; reports a write after free. */
@@ -96,10 +97,11 @@ static ferry_status verify_freed(const ferry_device *dev, const checked_alloc *a
   if (!bad) return FERRY_OK;
   char found[64];
   hex_bytes(found, sizeof found, bad, user_bytes(a) + a->bytes);
+  (void)dev;
   return ferry__fail(FERRY_ERROR_BACKEND,
-                     "checked: write after free found on %s: a freed %zu-byte buffer at %p changed at offset %zu: "
-                     "found %s, expected %02x",
-                     dev->label, a->bytes, (void *)user_bytes(a), (size_t)(bad - user_bytes(a)), found, FREED_BYTE);
+                     "checked: write after free into the freed %zu-byte buffer at %p: offset %zu holds %s, "
+                     "expected %02x",
+                     a->bytes, (void *)user_bytes(a), (size_t)(bad - user_bytes(a)), found, FREED_BYTE);
 }
 
 static ferry_status checked_alloc_mem(ferry_device *dev, size_t bytes, ferry_mem *out) {
@@ -133,7 +135,7 @@ static ferry_status checked_alloc_mem(ferry_device *dev, size_t bytes, ferry_mem
 static void quarantine_trim(ferry_device *dev, checked_device *cd, size_t keep_bytes, size_t keep_count) {
   while (cd->quarantine_count > keep_count || cd->quarantine_bytes > keep_bytes) {
     checked_alloc *old = cd->quarantine.next;
-    if (verify_freed(dev, old) != FERRY_OK) fprintf(stderr, "ferry: %s\n", ferry__error_text());
+    if (verify_freed(dev, old) != FERRY_OK) fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
     list_remove(old);
     cd->quarantine_bytes -= old->bytes;
     cd->quarantine_count--;

@@ -1,0 +1,109 @@
+/*
+ * The checked backend catches a program's own memory bugs made through
+ * ferry_device_ptr: writes just past the end or before the start of a buffer
+ * (reported on the next transfer, on synchronize and on free, with the offset
+ * and the bytes found), and writes into freed memory (reported by synchronize).
+ * Fresh memory is poisoned so that reading it before writing shows.
+ */
+#include "harness.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static ferry_device *checked_device(void) {
+  for (size_t i = 0; i < ferry_device_count(); i++) {
+    ferry_device *d;
+    ferry_device_info info;
+    ferry_device_get(i, &d);
+    ferry_device_info_get(d, &info);
+    if (strcmp(info.backend, "checked") == 0) return d;
+  }
+  return NULL;
+}
+
+int main(void) {
+  ferry_device *dev = checked_device();
+  if (!dev) {
+    printf("SKIP checked: no checked device (FERRY_BACKENDS?)\n");
+    return HARNESS_SKIP;
+  }
+  unsigned char h[100], back[100];
+
+  harness_context = "fresh poison";
+  ferry_buffer fresh;
+  CHECK_OK(ferry_alloc(dev, 100, FERRY_UINT8, &fresh));
+  CHECK_OK(ferry_device_to_host(fresh, ferry_array_of(back, 100, FERRY_UINT8)));
+  for (int i = 0; i < 100; i++)
+    CHECK(back[i] == 0xCB);
+  CHECK_OK(ferry_free(fresh));
+
+  harness_context = "past the end";
+  ferry_buffer b;
+  CHECK_OK(ferry_alloc(dev, 100, FERRY_UINT8, &b));
+  fill_pattern(h, 100, 1);
+  CHECK_OK(ferry_host_to_device(ferry_array_of(h, 100, FERRY_UINT8), b));
+  unsigned char *raw = (unsigned char *)ferry_device_ptr(b);
+  raw[100] = 0x2A; /* one byte past the end: the program's bug */
+  raw[101] = 0x00;
+  fill_pattern(back, 100, 2);
+  CHECK_STATUS(ferry_host_to_device(ferry_array_of(back, 100, FERRY_UINT8), b), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("out-of-bounds write");
+  CHECK_ERROR_HAS("its own bytes are 0..99");
+  CHECK_ERROR_HAS("after the end");
+  CHECK_ERROR_HAS("offset 100");
+  CHECK_ERROR_HAS("holds 2a 00 fd");
+  CHECK_ERROR_HAS("ferry_host_to_device: buffer");
+  /* The failed transfer changed nothing. */
+  CHECK(memcmp(raw, h, 100) == 0);
+  CHECK_STATUS(ferry_device_to_host(b, ferry_array_of(back, 100, FERRY_UINT8)), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_device_synchronize(dev), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("offset 100");
+  /* Free reports it and still releases the buffer. */
+  CHECK_STATUS(ferry_free(b), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("released");
+  CHECK_ERROR_HAS("offset 100");
+  CHECK_STATUS(ferry_free(b), FERRY_ERROR_STALE_BUFFER);
+  CHECK_OK(ferry_device_synchronize(dev));
+
+  harness_context = "before the start";
+  CHECK_OK(ferry_alloc(dev, 64, FERRY_FLOAT32, &b));
+  raw = (unsigned char *)ferry_device_ptr(b);
+  raw[-3] = 0x77;
+  ferry_buffer other;
+  CHECK_OK(ferry_alloc(dev, 64, FERRY_FLOAT32, &other));
+  CHECK_STATUS(ferry_device_to_device(b, other), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("before the start");
+  CHECK_ERROR_HAS("offset -3");
+  CHECK_ERROR_HAS("holds 77");
+  CHECK_STATUS(ferry_copy(other, 0, b, 0, 4), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_write(b, 0, h, 4), FERRY_ERROR_BACKEND);
+  raw[-3] = 0xFD; /* repaired: the buffer is usable again */
+  CHECK_OK(ferry_write(b, 0, h, 4));
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_free(other));
+
+  harness_context = "write after free";
+  CHECK_OK(ferry_alloc(dev, 256, FERRY_UINT8, &b));
+  raw = (unsigned char *)ferry_device_ptr(b);
+  CHECK_OK(ferry_free(b));
+  CHECK(raw[0] == 0xDD && raw[255] == 0xDD); /* freed memory is poisoned (and still quarantined) */
+  raw[17] = 0x01;                            /* the program's bug: a stale device pointer */
+  CHECK_STATUS(ferry_device_synchronize(dev), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("write after free");
+  CHECK_ERROR_HAS("offset 17");
+  raw[17] = 0xDD;
+  CHECK_OK(ferry_device_synchronize(dev));
+
+  harness_context = "zero-copy buffers have no guards";
+  float arr[8] = {0};
+  ferry_buffer z;
+  CHECK_OK(ferry_alloc_zero_copy(dev, ferry_array_of(arr, 8, FERRY_FLOAT32), &z));
+  float other_arr[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  CHECK_OK(ferry_host_to_device(ferry_array_of(other_arr, 8, FERRY_FLOAT32), z));
+  CHECK(arr[7] == 8);
+  CHECK_OK(ferry_free(z));
+
+  ferry_shutdown();
+  harness_context = "";
+  return harness_finish("checked");
+}
