@@ -4,11 +4,14 @@
  *   ferry_conformance --backend NAME   every case on each device of backend NAME
  *   ferry_conformance --cross          the cross-device cases on every ordered pair of devices
  *   ferry_conformance --backends       list the backends; fail if FERRY_REQUIRE_BACKENDS names one without devices
+ *   ferry_conformance --backend fault  the suite on the test-only fault backend (tests/fault_backend.c),
+ *                                      whose deferred async transfers exercise the staging pipeline
  *
  * A backend with no device is skipped (exit 77) with the reason, unless
  * FERRY_REQUIRE_BACKENDS names it: then the run fails, naming it.
  */
 #include "conformance.h"
+#include "fault_backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +133,8 @@ static int run_backends(void) {
 
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  /* The fault backend is a test backend: registered only when asked for. */
+  if (argc == 3 && strcmp(argv[2], "fault") == 0) ferry__register_backend(&fault_backend);
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
     fprintf(stderr, "FAIL: ferry_init: %s: %s\n", ferry_status_name(st), ferry_last_error());

@@ -5,198 +5,11 @@
  * the library usable. Also: a backend whose probe fails half way, and the
  * allocation cache's release-and-retry on out-of-memory.
  */
-#include "core/internal.h"
+#include "fault_backend.h"
 #include "harness.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-typedef enum fault_op {
-  OP_ALLOC,
-  OP_FREE,
-  OP_WRITE,
-  OP_READ,
-  OP_COPY,
-  OP_COPY_PEER,
-  OP_IMPORT,
-  OP_SYNC,
-  OP_RELEASE,
-  OP_HOST_ALLOC,
-  OP_SYNCHRONIZE,
-  OP_NATIVE,
-  OP_COUNT
-} fault_op;
-
-static const char *const op_names[OP_COUNT] = {"alloc",   "free",       "write",       "read",
-                                               "copy",    "copy_peer",  "import",      "host_ptr_sync",
-                                               "release", "host_alloc", "synchronize", "native"};
-
-static struct {
-  ferry_status fail_with[OP_COUNT]; /* FERRY_OK: succeed */
-  int calls[OP_COUNT];
-  long live_allocs, live_imports, live_host_blocks, devices, destroyed, unloads;
-  bool peer_unsupported;
-} fault;
-
-/* Fails `op` once with `st` if so armed. */
-static ferry_status maybe_fail(ferry_device *dev, fault_op op) {
-  fault.calls[op]++;
-  ferry_status st = fault.fail_with[op];
-  if (st == FERRY_OK) return FERRY_OK;
-  fault.fail_with[op] = FERRY_OK;
-  return ferry__fail(st, "FAULT_DRIVER_ERROR (-99) injected into %s on %s", op_names[op], dev->label);
-}
-
-static ferry_status f_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
-  ferry_status st = maybe_fail(dev, OP_ALLOC);
-  if (st != FERRY_OK) return st;
-  void *p = malloc(bytes);
-  if (!p) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "malloc");
-  fault.live_allocs++;
-  *out = (ferry_mem){.handle = (uintptr_t)p, .impl = p, .bytes = bytes};
-  return FERRY_OK;
-}
-
-static ferry_status f_free(ferry_device *dev, ferry_mem *mem) {
-  /* A failing free still releases (like a driver with a sticky error): what is
-   * checked is that ferry reports it and stays consistent. */
-  ferry_status st = maybe_fail(dev, OP_FREE);
-  free(mem->impl);
-  fault.live_allocs--;
-  return st;
-}
-
-static ferry_status f_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  ferry_status st = maybe_fail(dev, OP_WRITE);
-  if (st == FERRY_OK) memmove((char *)dst->handle + off, src, n);
-  return st;
-}
-
-static ferry_status f_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  ferry_status st = maybe_fail(dev, OP_READ);
-  if (st == FERRY_OK) memmove(dst, (const char *)src->handle + off, n);
-  return st;
-}
-
-static ferry_status f_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
-  ferry_status st = maybe_fail(dev, OP_COPY);
-  if (st == FERRY_OK) memmove((char *)dst->handle + doff, (const char *)src->handle + so, n);
-  return st;
-}
-
-static ferry_status f_copy_peer(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
-                                size_t doff, size_t n) {
-  (void)ddev;
-  if (fault.peer_unsupported) return FERRY_ERROR_UNSUPPORTED;
-  ferry_status st = maybe_fail(sdev, OP_COPY_PEER);
-  if (st == FERRY_OK) memmove((char *)dst->handle + doff, (const char *)src->handle + so, n);
-  return st;
-}
-
-static ferry_status f_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out, ferry_refusal *why) {
-  ferry_status st = maybe_fail(dev, OP_IMPORT);
-  if (st != FERRY_OK) {
-    *why = FERRY_REFUSAL_DRIVER;
-    return st;
-  }
-  fault.live_imports++;
-  *out = (ferry_mem){.handle = (uintptr_t)host, .bytes = bytes};
-  return FERRY_OK;
-}
-
-static ferry_status f_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
-  (void)mem;
-  (void)dir;
-  return maybe_fail(dev, OP_SYNC);
-}
-
-static ferry_status f_release(ferry_device *dev, ferry_mem *mem) {
-  (void)mem;
-  ferry_status st = maybe_fail(dev, OP_RELEASE);
-  fault.live_imports--;
-  return st;
-}
-
-static ferry_status f_host_alloc(ferry_device *dev, size_t bytes, void **out) {
-  ferry_status st = maybe_fail(dev, OP_HOST_ALLOC);
-  if (st != FERRY_OK) return st;
-  *out = harness_aligned(4096, bytes);
-  if (!*out) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "posix_memalign");
-  fault.live_host_blocks++;
-  return FERRY_OK;
-}
-
-static void f_host_free(ferry_device *dev, void *ptr, size_t bytes) {
-  (void)dev;
-  (void)bytes;
-  free(ptr);
-  fault.live_host_blocks--;
-}
-
-static ferry_status f_synchronize(ferry_device *dev) { return maybe_fail(dev, OP_SYNCHRONIZE); }
-
-static ferry_status f_native(const ferry_device *dev, ferry_native *out) {
-  ferry_status st = maybe_fail((ferry_device *)dev, OP_NATIVE);
-  if (st == FERRY_OK) *out = (ferry_native){.device = 1, .context = 2, .queue = 3};
-  return st;
-}
-
-static void f_destroy(ferry_device *dev) {
-  (void)dev;
-  fault.destroyed++;
-}
-
-static const ferry_device_ops fault_ops = {
-    .alloc = f_alloc,
-    .free = f_free,
-    .write = f_write,
-    .read = f_read,
-    .copy = f_copy,
-    .copy_peer = f_copy_peer,
-    .host_ptr_import = f_import,
-    .host_ptr_sync = f_sync,
-    .host_ptr_release = f_release,
-    .host_alloc = f_host_alloc,
-    .host_free = f_host_free,
-    .synchronize = f_synchronize,
-    .native = f_native,
-    .destroy = f_destroy,
-};
-
-static ferry_status fault_probe(ferry_probe *probe) {
-  for (int i = 0; i < 2; i++) {
-    ferry_device_desc desc = {.ops = &fault_ops,
-                              .name = i ? "fault device B" : "fault device A",
-                              .total_memory = 1u << 30,
-                              .max_allocation = 1u << 28,
-                              .host_ptr = true,
-                              .host_ptr_alignment = 64,
-                              .caps = FERRY_CAP_CACHE};
-    ferry_status st = ferry__device_add(probe, &desc);
-    if (st != FERRY_OK) return st;
-    fault.devices++;
-  }
-  return FERRY_OK;
-}
-
-static void fault_unload(void) { fault.unloads++; }
-
-static const ferry_backend fault_backend = {.name = "fault", .probe = fault_probe, .unload = fault_unload};
-
-/* A backend that adds a device and then fails: it must end with no devices. */
-static long broken_destroyed;
-static void broken_destroy(ferry_device *dev) {
-  (void)dev;
-  broken_destroyed++;
-}
-static const ferry_device_ops broken_ops = {
-    .alloc = f_alloc, .free = f_free, .write = f_write, .read = f_read, .copy = f_copy, .destroy = broken_destroy};
-static ferry_status broken_probe(ferry_probe *probe) {
-  ferry_device_desc desc = {.ops = &broken_ops, .name = "half-started", .total_memory = 1, .max_allocation = 1};
-  ferry__device_add(probe, &desc);
-  return ferry__fail(FERRY_ERROR_UNSUPPORTED, "BROKEN_DRIVER: initialisation failed after one device");
-}
-static const ferry_backend broken_backend = {.name = "broken", .probe = broken_probe};
 
 static ferry_device *fault_device(int which) {
   for (size_t i = 0; i < ferry_device_count(); i++) {
@@ -209,7 +22,7 @@ static ferry_device *fault_device(int which) {
   return NULL;
 }
 
-static void arm(fault_op op, ferry_status st) { fault.fail_with[op] = st; }
+static void arm(fault_op op, ferry_status st) { fault_arm(op, st, 0); }
 
 static void expect_injected(const char *op) {
   CHECK_ERROR_HAS("FAULT_DRIVER_ERROR (-99)");
@@ -415,7 +228,77 @@ static void broken_backend_is_absent(void) {
   }
 }
 
+/* Large transfers from ordinary memory go through the core's staging pipeline;
+ * the fault backend defers each async transfer to its wait, so a slot reused
+ * too early would show up as wrong bytes. */
+static void pipelined_transfers(void) {
+  harness_context = "pipeline";
+  ferry_device *a = fault_device(0), *b = fault_device(1);
+  size_t n = ((size_t)5 << 20) + 13;
+  unsigned char *src = malloc(n), *back = malloc(n);
+  fill_pattern(src, n, 7);
+  ferry_buffer x = {0}, y = {0};
+  CHECK_OK(ferry_alloc(a, n, FERRY_UINT8, &x));
+  CHECK_OK(ferry_alloc(b, n, FERRY_UINT8, &y));
+  int writes = fault.calls[OP_WRITE_ASYNC], reads = fault.calls[OP_READ_ASYNC];
+  CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
+  CHECK(fault.calls[OP_WRITE_ASYNC] - writes == 6); /* 1 MiB slots */
+  memset(back, 0, n);
+  CHECK_OK(ferry_device_to_host(x, ferry_array_of(back, n, FERRY_UINT8)));
+  CHECK(fault.calls[OP_READ_ASYNC] - reads == 6);
+  CHECK(find_pattern_mismatch(back, n, 7) == SIZE_MAX);
+  /* Unaligned ranges. */
+  CHECK_OK(ferry_write(x, 12345, src + 99, (3u << 20) + 1));
+  memset(back, 0, n);
+  CHECK_OK(ferry_read(x, 12345, back, (3u << 20) + 1));
+  CHECK(memcmp(back, src + 99, (3u << 20) + 1) == 0);
+  CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
+  /* Between the two devices without a peer path: through A's slots. */
+  fault.peer_unsupported = true;
+  reads = fault.calls[OP_READ_ASYNC];
+  CHECK_OK(ferry_device_to_device(x, y));
+  CHECK(fault.calls[OP_READ_ASYNC] - reads == 6);
+  memset(back, 0, n);
+  CHECK_OK(ferry_device_to_host(y, ferry_array_of(back, n, FERRY_UINT8)));
+  CHECK(find_pattern_mismatch(back, n, 7) == SIZE_MAX);
+  /* Failures part way: an error, no hang, and the next transfer works. */
+  fault_arm(OP_WRITE_ASYNC, FERRY_ERROR_BACKEND, 2);
+  CHECK_STATUS(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x), FERRY_ERROR_BACKEND);
+  expect_injected("write_async");
+  fault_arm(OP_WAIT, FERRY_ERROR_BACKEND, 5);
+  CHECK_STATUS(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x), FERRY_ERROR_BACKEND);
+  expect_injected("wait_slot");
+  fault_arm(OP_READ_ASYNC, FERRY_ERROR_BACKEND, 4);
+  CHECK_STATUS(ferry_device_to_host(x, ferry_array_of(back, n, FERRY_UINT8)), FERRY_ERROR_BACKEND);
+  fault_arm(OP_READ_ASYNC, FERRY_ERROR_BACKEND, 1);
+  CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
+  fault_arm(OP_WRITE, FERRY_ERROR_BACKEND, 2);
+  CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
+  fault.peer_unsupported = false;
+  CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
+  memset(back, 0, n);
+  CHECK_OK(ferry_device_to_host(x, ferry_array_of(back, n, FERRY_UINT8)));
+  CHECK(find_pattern_mismatch(back, n, 7) == SIZE_MAX);
+  /* Pinned memory skips the pipeline. */
+  void *pinned = NULL;
+  CHECK_OK(ferry_host_alloc(a, n, &pinned));
+  memcpy(pinned, src, n);
+  writes = fault.calls[OP_WRITE_ASYNC];
+  CHECK_OK(ferry_host_to_device(ferry_array_of(pinned, n, FERRY_UINT8), x));
+  CHECK(fault.calls[OP_WRITE_ASYNC] == writes);
+  CHECK_OK(ferry_host_free(pinned));
+  /* Small transfers skip it too. */
+  CHECK_OK(ferry_write(x, 0, src, 1000));
+  CHECK(fault.calls[OP_WRITE_ASYNC] == writes);
+  CHECK_OK(ferry_free(x));
+  CHECK_OK(ferry_free(y));
+  free(src);
+  free(back);
+}
+
 int main(void) {
+  setenv("FERRY_STAGE_BYTES", "1M", 1);
+  setenv("FERRY_STAGE_MIN", "64K", 1);
   CHECK_OK(ferry__register_backend(&fault_backend));
   CHECK_OK(ferry__register_backend(&broken_backend));
   CHECK_OK(ferry_init());
@@ -423,6 +306,7 @@ int main(void) {
   CHECK(fault.devices == 2);
   broken_backend_is_absent();
   each_operation_fails_cleanly();
+  pipelined_transfers();
   ferry_shutdown();
   CHECK(fault.destroyed == 2 && fault.unloads == 1);
 

@@ -60,6 +60,7 @@ typedef struct pinned_block {
   uintptr_t start;
   size_t bytes;
   ferry_device *device;
+  bool internal; /* ferry's own (staging slots): not the user's to free */
 } pinned_block;
 
 /* Sorted by start, so that "is this range pinned?" is a binary search. */
@@ -89,13 +90,10 @@ static void host_block_free(ferry_device *dev, void *ptr, size_t bytes) {
     free(ptr);
 }
 
-ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr) {
-  static const char fn[] = "ferry_host_alloc";
-  ferry_status st = ferry__check_device(device, fn);
-  if (st != FERRY_OK) return st;
-  if (!out_ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
-  if (bytes == 0) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
+/* Allocates a block with the backend (or page-aligned malloc) and registers it. */
+static ferry_status host_block_new(const char *fn, ferry_device *device, size_t bytes, bool internal, void **out_ptr) {
   void *ptr = NULL;
+  ferry_status st;
   if (device->ops->host_alloc) {
     st = device->ops->host_alloc(device, bytes, &ptr);
     if (st != FERRY_OK) return ferry__fail(st, "%s: %s", fn, ferry__error_text());
@@ -120,27 +118,53 @@ ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr
   }
   size_t at = pinned_upper((uintptr_t)ptr);
   memmove(&pinned.items[at + 1], &pinned.items[at], (pinned.count - at) * sizeof pinned.items[0]);
-  pinned.items[at] = (pinned_block){(uintptr_t)ptr, bytes, device};
+  pinned.items[at] = (pinned_block){(uintptr_t)ptr, bytes, device, internal};
   pinned.count++;
   pthread_rwlock_unlock(&pinned.lock);
   *out_ptr = ptr;
   return FERRY_OK;
 }
 
-ferry_status ferry_host_free(void *ptr) {
-  static const char fn[] = "ferry_host_free";
-  if (!ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+/* Unregisters the block starting at ptr; false if there is none (of that kind). */
+static bool host_block_remove(void *ptr, bool internal, pinned_block *out) {
   pthread_rwlock_wrlock(&pinned.lock);
   size_t at = pinned_upper((uintptr_t)ptr);
-  if (at == 0 || pinned.items[at - 1].start != (uintptr_t)ptr) {
+  if (at == 0 || pinned.items[at - 1].start != (uintptr_t)ptr || pinned.items[at - 1].internal != internal) {
     pthread_rwlock_unlock(&pinned.lock);
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
-                       "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
+    return false;
   }
-  pinned_block block = pinned.items[at - 1];
+  *out = pinned.items[at - 1];
   memmove(&pinned.items[at - 1], &pinned.items[at], (pinned.count - at) * sizeof pinned.items[0]);
   pinned.count--;
   pthread_rwlock_unlock(&pinned.lock);
+  return true;
+}
+
+ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr) {
+  static const char fn[] = "ferry_host_alloc";
+  ferry_status st = ferry__check_device(device, fn);
+  if (st != FERRY_OK) return st;
+  if (!out_ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
+  if (bytes == 0) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
+  return host_block_new(fn, device, bytes, false, out_ptr);
+}
+
+ferry_status ferry__host_alloc_internal(ferry_device *dev, size_t bytes, void **out) {
+  return host_block_new("staging", dev, bytes, true, out);
+}
+
+void ferry__host_free_internal(void *ptr) {
+  pinned_block block;
+  if (host_block_remove(ptr, true, &block)) host_block_free(block.device, ptr, block.bytes);
+}
+
+ferry_status ferry_host_free(void *ptr) {
+  static const char fn[] = "ferry_host_free";
+  if (!ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+  pinned_block block;
+  if (!host_block_remove(ptr, false, &block))
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
   host_block_free(block.device, ptr, block.bytes);
   return FERRY_OK;
 }
@@ -252,7 +276,7 @@ static void pool_start(void) {
   }
 }
 
-#define PARALLEL_MIN (4u << 20)
+#define PARALLEL_MIN ((size_t)1 << 20)
 
 void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
   if (n < PARALLEL_MIN || pthread_mutex_trylock(&pool.busy) != 0) {
@@ -268,9 +292,11 @@ void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
     memcpy(dst, src, n);
     return;
   }
-  size_t parts = (size_t)(workers + 1) * 4;
+  /* A couple of pieces per thread, taken in turn, so that a slow thread does
+   * not hold up the copy; not smaller than 256 KiB, or the handing out costs. */
+  size_t parts = (size_t)(workers + 1) * 2;
   size_t chunk = ((n / parts) + 4095) & ~(size_t)4095;
-  if (chunk < (1u << 20)) chunk = 1u << 20;
+  if (chunk < ((size_t)256 << 10)) chunk = (size_t)256 << 10;
   copy_job job = {.dst = dst, .src = src, .n = n, .chunk = chunk, .chunks = (n + chunk - 1) / chunk};
   atomic_init(&job.next, 0);
   pthread_mutex_lock(&pool.lock);

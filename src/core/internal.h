@@ -31,7 +31,16 @@ typedef struct ferry_cache_node {
 
 #define FERRY_CACHE_BUCKETS 256
 
+/* The pinned slots of a device's pipelined transfers (staging.c). */
+struct ferry_stage {
+  pthread_mutex_t lock; /* held for a whole pipelined transfer */
+  void *slot[FERRY_STAGE_SLOTS];
+  size_t slot_bytes, min_bytes;
+  bool failed; /* no pinned memory could be had: direct transfers only */
+};
+
 struct ferry_device_state {
+  struct ferry_stage stage;
   pthread_mutex_t cache_lock;
   ferry_cache_node *cache[FERRY_CACHE_BUCKETS];
   uint64_t cache_limit; /* bytes the cache may hold */
@@ -56,6 +65,23 @@ ferry_status ferry__mem_release(ferry_device *dev, ferry_mem *mem, size_t class_
 ferry_status ferry__cache_trim(ferry_device *dev);
 
 void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
+
+/* Reads a byte count like "512M", "2G" or "1048576" from the environment. */
+bool ferry__env_bytes(const char *name, uint64_t *out);
+
+/* ---- pipelined transfers (staging.c) ----------------------------------- */
+
+void ferry__stage_init(ferry_device *dev);
+/* Frees the device's slots (before the backend's destroy); the device stays usable. */
+void ferry__stage_release(ferry_device *dev);
+/* Should a transfer between `host` and `mem` go through the staging pipeline? */
+bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes);
+ferry_status ferry__stage_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes);
+ferry_status ferry__stage_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes);
+/* A copy from sdev to another device through sdev's slots; false when sdev has
+ * no pipeline (nothing was done), else true with the copy's status. */
+bool ferry__stage_copy(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
+                       size_t doff, size_t bytes, ferry_status *out_status);
 
 /* ---- handles ----------------------------------------------------------- */
 
@@ -107,6 +133,11 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
  * (via a false return) when it overlaps one already registered. */
 bool ferry__host_ranges_claim(const void *ptr, size_t bytes);
 void ferry__host_ranges_unclaim(const void *ptr);
+
+/* Pinned memory for ferry's own use (staging slots): like ferry_host_alloc, but
+ * ferry_host_free refuses it. */
+ferry_status ferry__host_alloc_internal(ferry_device *dev, size_t bytes, void **out);
+void ferry__host_free_internal(void *ptr);
 
 void ferry__host_shutdown(void);
 void ferry__copy_pool_shutdown(void);

@@ -22,8 +22,7 @@ void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
   atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
 }
 
-/* Reads a byte count like "512M", "2G" or "1048576" from the environment. */
-static bool env_bytes(const char *name, uint64_t *out) {
+bool ferry__env_bytes(const char *name, uint64_t *out) {
   const char *s = getenv(name);
   if (!s || !*s) return false;
   char *end;
@@ -49,14 +48,16 @@ ferry_status ferry__device_state_init(ferry_device *dev) {
   if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
   pthread_mutex_init(&s->cache_lock, NULL);
   uint64_t limit;
-  if (!env_bytes("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
+  if (!ferry__env_bytes("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
   dev->state = s;
+  ferry__stage_init(dev);
   return FERRY_OK;
 }
 
 void ferry__device_state_destroy(ferry_device *dev) {
   pthread_mutex_destroy(&dev->state->cache_lock);
+  pthread_mutex_destroy(&dev->state->stage.lock);
   free(dev->state);
   dev->state = NULL;
 }

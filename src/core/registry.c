@@ -104,6 +104,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
 
 static void device_destroy(ferry_device *dev) {
   if (ferry__cache_trim(dev) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry__error_text());
+  ferry__stage_release(dev);
   if (dev->ops->destroy) dev->ops->destroy(dev);
   ferry__device_state_destroy(dev);
   free(dev);
@@ -223,6 +224,8 @@ void ferry_shutdown(void) {
     const char *debug = getenv("FERRY_DEBUG");
     bool leaks = debug && strstr(debug, "leaks");
     ferry__handles_shutdown(leaks);
+    for (size_t i = 0; i < reg.device_count; i++)
+      ferry__stage_release(reg.devices[i]);
     ferry__host_shutdown();
     for (size_t i = reg.device_count; i-- > 0;)
       device_destroy(reg.devices[i]);

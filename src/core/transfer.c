@@ -91,7 +91,9 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
   if (bytes > 0) {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
-    else if ((st = dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
+    else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes)
+                       ? ferry__stage_write(dev, &slot->mem, offset, src, bytes)
+                       : dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->h2d_bytes, &dev->state->h2d_count, bytes);
@@ -104,7 +106,9 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
   if (bytes > 0) {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
-    else if ((st = dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
+    else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes)
+                       ? ferry__stage_read(dev, &slot->mem, offset, dst, bytes)
+                       : dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->d2h_bytes, &dev->state->d2h_count, bytes);
@@ -115,9 +119,13 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
 
 #define STAGE_CHUNK (8u << 20)
 
-/* Through host memory, chunk by chunk, when neither side is plain host memory. */
+/* Through host memory, chunk by chunk, when neither side is plain host memory:
+ * through the source's pinned slots when it has a pipeline (its reads then
+ * overlap the destination's writes), else through a bounce buffer. */
 static ferry_status copy_staged(ferry_device *sdev, const ferry_mem *smem, size_t so, ferry_device *ddev,
                                 ferry_mem *dmem, size_t doff, size_t bytes) {
+  ferry_status piped;
+  if (ferry__stage_copy(sdev, smem, so, ddev, dmem, doff, bytes, &piped)) return piped;
   size_t chunk = bytes < STAGE_CHUNK ? bytes : STAGE_CHUNK;
   void *bounce = malloc(chunk);
   if (!bounce) {
