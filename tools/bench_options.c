@@ -1,0 +1,402 @@
+/* `ferry bench`: the command line. Every value is checked here, with a sentence for what is wrong. */
+#include "bench.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REPEAT_MAX 100000
+#define FACTOR_MAX 1024
+
+void bench_usage(FILE *f) {
+  fprintf(f, "usage: ferry bench [--device N|all] [--sizes 4K:1G] [--repeat N] [--quick]\n"
+             "                   [--json FILE] [--csv FILE] [--plot FILE.svg]\n"
+             "       ferry bench --help   (every option, and what each row measures)\n");
+}
+
+void bench_help(FILE *f) {
+  fprintf(f,
+          "usage: ferry bench [options]\n"
+          "\n"
+          "Measures ferry's transfers and allocations on each device, and beside each figure\n"
+          "the raw driver call it stands on (memcpy, cuMemcpy*, clEnqueue*Buffer, vkCmdCopyBuffer),\n"
+          "on the same buffers in the same run, with the ratio ferry / raw (above 1: ferry is faster).\n"
+          "\n"
+          "options:\n"
+          "  --device N|all    the devices to measure: an index from 'ferry info', a comma list\n"
+          "                    (--device 0,2), or all of them (the default)\n"
+          "  --sizes SPEC      transfer sizes in bytes, with an optional K, M or G suffix (binary:\n"
+          "                    1K = 1024). A:B means A, 4A, 16A, ... up to B (B itself only when it\n"
+          "                    is A times a power of 4); A:B:F steps by the factor F instead (2..1024);\n"
+          "                    A,B,C is a list. Sizes above a device's max_allocation, or too large\n"
+          "                    for the host memory available, are skipped on it with a note.\n"
+          "                    Default 4K:1G (4K 16K 64K 256K 1M 4M 16M 64M 256M 1G); --quick: 4K:16M.\n"
+          "  --repeat N        samples behind every figure (1..%d). Default: automatic, as many as\n"
+          "                    fit a time budget per figure, 5 to 21 (3 to 9 with --quick; at least 3\n"
+          "                    from 256 MiB on).\n"
+          "  --quick           a short run, under 4 s a device: sizes 4K:16M, fewer samples, shorter\n"
+          "                    budgets. This is what 'make run' runs.\n"
+          "  --json FILE       write every figure as JSON ('-' for stdout; the table then goes to stderr)\n"
+          "  --csv FILE        write every figure as CSV, one line per device, path and size ('-': stdout)\n"
+          "  --plot FILE.svg   write an SVG chart of bandwidth against size: one panel per device, one\n"
+          "                    line per path (solid: ferry, dashed: the raw call), log-scale axes\n"
+          "  -h, --help        this text\n"
+          "\n"
+          "rows (each device, each size):\n"
+          "  h2d, d2h           ferry_host_to_device / ferry_device_to_host with ordinary (malloc) memory\n"
+          "  h2d pinned, d2h pinned\n"
+          "                     the same with memory from ferry_host_alloc (raw: the driver's pinned\n"
+          "                     memory where it has an allocator, else the same block)\n"
+          "  host-ptr sync      on a ferry_alloc_host_ptr buffer: ferry_host_to_device + ferry_device_to_host\n"
+          "                     on its own array (synchronisation only, no copy by ferry), against the raw\n"
+          "                     h2d + d2h of the same bytes on an ordinary buffer; GB/s counts both ways\n"
+          "  zero-copy sync     the same on a ferry_alloc_zero_copy buffer (host devices only)\n"
+          "  d2d                ferry_device_to_device between two buffers of the device\n"
+          "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
+          "\n"
+          "how it measures:\n"
+          "  Host memory is touched before timing. Each figure is warmed up, then ferry and the raw\n"
+          "  call alternate, sample after sample, so that drift hits both; a sample times enough\n"
+          "  back-to-back calls to last 0.2-0.5 ms (small sizes), and every figure is the median of\n"
+          "  its samples. The spread (+-) is half the interquartile range, relative to the median; the\n"
+          "  JSON and CSV give min, p25, median, p75 and max. The bytes of one ferry transfer and one\n"
+          "  raw transfer are checked per device, path and size. Bandwidth is in GB/s (10^9 bytes/s),\n"
+          "  latency in microseconds.\n"
+          "\n"
+          "output:\n"
+          "  A table per device on stdout, a legend under the tables, a progress bar on stderr when it\n"
+          "  is a terminal. A failure (an allocation refused, a transfer error, wrong bytes) prints a\n"
+          "  sentence and the run goes on.\n"
+          "\n"
+          "exit status: 0 all figures measured, 1 something failed, 2 bad arguments.\n"
+          "\n"
+          "environment: FERRY_BACKENDS=opencl,native keeps only these backends (see 'ferry help').\n"
+          "docs/BENCH.md explains every row and column.\n",
+          REPEAT_MAX);
+}
+
+static int fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_size, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_size, fmt, ap);
+  va_end(ap);
+  return 2;
+}
+
+const char *bench_size_text(size_t bytes, char buf[32]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  size_t whole = bytes;
+  while (u < 6 && whole >= 1024 && whole % 1024 == 0) {
+    whole /= 1024;
+    u++;
+  }
+  if (u > 0 || bytes < 1024) {
+    snprintf(buf, 32, "%zu %s", whole, units[u]);
+    return buf;
+  }
+  double v = (double)bytes;
+  u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    u++;
+  }
+  snprintf(buf, 32, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+const char *bench_size_approx(uint64_t bytes, char buf[32]) {
+  static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = (double)bytes;
+  int u = 0;
+  while (v >= 1024.0 && u < 6) {
+    v /= 1024.0;
+    u++;
+  }
+  if (u == 0 || v == (double)(uint64_t)v)
+    snprintf(buf, 32, "%.0f %s", v, units[u]);
+  else
+    snprintf(buf, 32, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+const char *bench_size_short(size_t bytes, char buf[32]) {
+  static const char suffix[] = " KMGTPE";
+  int u = 0;
+  size_t whole = bytes;
+  while (u < 6 && whole >= 1024 && whole % 1024 == 0) {
+    whole /= 1024;
+    u++;
+  }
+  if (u == 0)
+    snprintf(buf, 32, "%zu", whole);
+  else
+    snprintf(buf, 32, "%zu%c", whole, suffix[u]);
+  return buf;
+}
+
+/* One size: digits, then optionally K, M, G or T (any case), optionally followed by B or iB. */
+typedef enum size_parse { SIZE_OK, SIZE_GARBAGE, SIZE_ZERO, SIZE_TOO_LARGE } size_parse;
+
+static size_parse parse_size(const char *s, size_t len, size_t *out) {
+  if (len == 0 || len >= 64) return SIZE_GARBAGE;
+  char text[64];
+  memcpy(text, s, len);
+  text[len] = '\0';
+  if (text[0] < '0' || text[0] > '9') return SIZE_GARBAGE;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(text, &end, 10);
+  bool range = errno == ERANGE;
+  int shift = 0;
+  switch (*end) {
+  case 'k':
+  case 'K':
+    shift = 10;
+    end++;
+    break;
+  case 'm':
+  case 'M':
+    shift = 20;
+    end++;
+    break;
+  case 'g':
+  case 'G':
+    shift = 30;
+    end++;
+    break;
+  case 't':
+  case 'T':
+    shift = 40;
+    end++;
+    break;
+  default: break;
+  }
+  if (shift && (end[0] == 'i' || end[0] == 'I') && (end[1] == 'b' || end[1] == 'B'))
+    end += 2;
+  else if (end[0] == 'b' || end[0] == 'B')
+    end++;
+  if (*end != '\0') return SIZE_GARBAGE;
+  if (range || v > (unsigned long long)(SIZE_MAX >> shift)) return SIZE_TOO_LARGE;
+  if (v == 0) return SIZE_ZERO;
+  *out = (size_t)v << shift;
+  return SIZE_OK;
+}
+
+static int size_error(const char *spec, const char *item, size_t len, size_parse why, char *err, size_t err_size) {
+  int shown = (int)(len < 40 ? len : 40);
+  if (why == SIZE_ZERO)
+    return fail(err, err_size, "--sizes %s: a size of 0 bytes measures nothing; sizes start at 1 byte", spec);
+  if (why == SIZE_TOO_LARGE)
+    return fail(err, err_size, "--sizes %s: '%.*s' is too large to be a size on this machine", spec, shown, item);
+  return fail(err, err_size,
+              "--sizes %s: '%.*s' is not a size; write a whole number of bytes with an optional K, M or G suffix "
+              "(4096, 64K, 16M, 1G)",
+              spec, shown, item);
+}
+
+static int cmp_size(const void *a, const void *b) {
+  size_t x = *(const size_t *)a, y = *(const size_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int parse_sizes(const char *spec, bench_options *opt, char *err, size_t err_size) {
+  size_t n = 0;
+  if (*spec == '\0') return fail(err, err_size, "--sizes needs a value, for example --sizes 4K:1G or --sizes 4K,1M");
+  const char *colon = strchr(spec, ':');
+  if (colon) {
+    if (strchr(spec, ','))
+      return fail(err, err_size, "--sizes %s: use either a range A:B or a list A,B,C, not both", spec);
+    const char *colon2 = strchr(colon + 1, ':');
+    size_t a, b, factor = 4;
+    size_t blen = colon2 ? (size_t)(colon2 - colon - 1) : strlen(colon + 1);
+    size_parse why = parse_size(spec, (size_t)(colon - spec), &a);
+    if (why != SIZE_OK) return size_error(spec, spec, (size_t)(colon - spec), why, err, err_size);
+    why = parse_size(colon + 1, blen, &b);
+    if (why != SIZE_OK) return size_error(spec, colon + 1, blen, why, err, err_size);
+    if (colon2) {
+      char *end;
+      errno = 0;
+      long f = strtol(colon2 + 1, &end, 10);
+      if (errno || end == colon2 + 1 || *end != '\0' || f < 2 || f > FACTOR_MAX)
+        return fail(err, err_size,
+                    "--sizes %s: the step factor after the second ':' must be a whole number from 2 to %d", spec,
+                    FACTOR_MAX);
+      factor = (size_t)f;
+    }
+    if (a > b) {
+      char ta[32], tb[32];
+      return fail(err, err_size,
+                  "--sizes %s: the first size (%s) is larger than the last (%s); write the smaller first", spec,
+                  bench_size_text(a, ta), bench_size_text(b, tb));
+    }
+    for (size_t s = a; s <= b; s *= factor) {
+      if (n == BENCH_MAX_SIZES)
+        return fail(err, err_size,
+                    "--sizes %s: that is more than %d sizes; use a larger step (A:B:4) or a shorter range", spec,
+                    BENCH_MAX_SIZES);
+      opt->sizes[n++] = s;
+      if (s > SIZE_MAX / factor) break;
+    }
+  } else {
+    const char *p = spec;
+    for (;;) {
+      const char *comma = strchr(p, ',');
+      size_t len = comma ? (size_t)(comma - p) : strlen(p);
+      size_t v;
+      if (len == 0)
+        return fail(err, err_size, "--sizes %s: an empty item in the list (two commas, or a comma at an end)", spec);
+      size_parse why = parse_size(p, len, &v);
+      if (why != SIZE_OK) return size_error(spec, p, len, why, err, err_size);
+      if (n == BENCH_MAX_SIZES)
+        return fail(err, err_size, "--sizes %s: that is more than %d sizes", spec, BENCH_MAX_SIZES);
+      opt->sizes[n++] = v;
+      if (!comma) break;
+      p = comma + 1;
+    }
+    qsort(opt->sizes, n, sizeof opt->sizes[0], cmp_size);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++)
+      if (kept == 0 || opt->sizes[kept - 1] != opt->sizes[i]) opt->sizes[kept++] = opt->sizes[i];
+    n = kept;
+  }
+  opt->size_count = n;
+  opt->sizes_given = true;
+  return 0;
+}
+
+static int parse_devices(const char *spec, bench_options *opt, char *err, size_t err_size) {
+  if (strcmp(spec, "all") == 0) {
+    opt->all_devices = true;
+    opt->device_count = 0;
+    return 0;
+  }
+  opt->all_devices = false;
+  opt->device_count = 0;
+  const char *p = spec;
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    char text[32];
+    bool digits = len > 0 && len < sizeof text;
+    for (size_t i = 0; digits && i < len; i++)
+      digits = p[i] >= '0' && p[i] <= '9';
+    if (!digits)
+      return fail(err, err_size,
+                  "--device %s: '%.*s' is not a device; give an index from 'ferry info' (0, 1, ...), "
+                  "a comma list of them, or 'all'",
+                  spec, (int)(len < 40 ? len : 40), p);
+    memcpy(text, p, len);
+    text[len] = '\0';
+    errno = 0;
+    unsigned long long v = strtoull(text, NULL, 10);
+    if (errno || v >= BENCH_MAX_DEVICES)
+      return fail(err, err_size, "--device %s: there is no device %s; 'ferry info' lists the devices", spec, text);
+    bool seen = false;
+    for (size_t i = 0; i < opt->device_count; i++)
+      seen = seen || opt->devices[i] == (size_t)v;
+    if (!seen) opt->devices[opt->device_count++] = (size_t)v;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
+static int parse_repeat(const char *s, bench_options *opt, char *err, size_t err_size) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0' || v < 1 || v > REPEAT_MAX)
+    return fail(err, err_size, "--repeat %s: give the number of samples per figure as a whole number from 1 to %d", s,
+                REPEAT_MAX);
+  opt->repeat = (int)v;
+  return 0;
+}
+
+int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err_size) {
+  memset(opt, 0, sizeof *opt);
+  opt->all_devices = true;
+  const char *sizes_spec = NULL;
+  for (int i = 0; i < argc; i++) {
+    const char *arg = argv[i];
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+      opt->help = true;
+      return 0;
+    }
+    if (strcmp(arg, "--quick") == 0) {
+      opt->quick = true;
+      continue;
+    }
+    static const char *const valued[] = {"--device", "--sizes", "--repeat", "--json", "--csv", "--plot"};
+    const char *value = NULL;
+    int which = -1;
+    for (int k = 0; k < 6 && which < 0; k++) {
+      size_t len = strlen(valued[k]);
+      if (strncmp(arg, valued[k], len) != 0) continue;
+      if (arg[len] == '=') {
+        which = k;
+        value = arg + len + 1;
+      } else if (arg[len] == '\0') {
+        which = k;
+        if (i + 1 >= argc)
+          return fail(err, err_size, "%s needs a value (ferry bench --help lists what each option takes)", valued[k]);
+        value = argv[++i];
+      }
+    }
+    if (which < 0) {
+      if (arg[0] == '-') return fail(err, err_size, "unknown option '%s'", arg);
+      return fail(err, err_size, "unexpected argument '%s' (ferry bench takes only options)", arg);
+    }
+    int rc = 0;
+    switch (which) {
+    case 0: rc = parse_devices(value, opt, err, err_size); break;
+    case 1: sizes_spec = value; break;
+    case 2: rc = parse_repeat(value, opt, err, err_size); break;
+    default:
+      if (*value == '\0') return fail(err, err_size, "%s needs a file name", valued[which]);
+      if (which == 3) opt->json_path = value;
+      if (which == 4) opt->csv_path = value;
+      if (which == 5) {
+        if (strcmp(value, "-") == 0)
+          return fail(err, err_size, "--plot needs a file name (the SVG does not go to stdout)");
+        opt->plot_path = value;
+      }
+      break;
+    }
+    if (rc) return rc;
+  }
+  if (sizes_spec) {
+    int rc = parse_sizes(sizes_spec, opt, err, err_size);
+    if (rc) return rc;
+  } else {
+    size_t last = opt->quick ? ((size_t)16 << 20) : ((size_t)1 << 30);
+    for (size_t s = 4096; s <= last; s *= 4)
+      opt->sizes[opt->size_count++] = s;
+  }
+  const char *files[3] = {opt->json_path, opt->csv_path, opt->plot_path};
+  const char *names[3] = {"--json", "--csv", "--plot"};
+  for (int a = 0; a < 3; a++)
+    for (int b = a + 1; b < 3; b++)
+      if (files[a] && files[b] && strcmp(files[a], files[b]) == 0)
+        return fail(err, err_size, "%s and %s name the same file '%s'; give each its own", names[a], names[b],
+                    files[a]);
+  return 0;
+}
+
+int bench_check_devices(const bench_options *opt, size_t device_count, char *err, size_t err_size) {
+  for (size_t i = 0; i < opt->device_count; i++) {
+    if (opt->devices[i] >= device_count) {
+      if (device_count == 0)
+        return fail(err, err_size, "--device %zu: this machine has no devices ('ferry info' says why)",
+                    opt->devices[i]);
+      return fail(err, err_size,
+                  "--device %zu: there is no device %zu; this machine has %zu device%s (0..%zu), 'ferry info' lists "
+                  "them",
+                  opt->devices[i], opt->devices[i], device_count, device_count == 1 ? "" : "s", device_count - 1);
+    }
+  }
+  return 0;
+}
