@@ -1,4 +1,111 @@
-/* Raw cuda baseline: placeholder until the backend lands. */
+/*
+ * Raw CUDA baseline: the driver calls a user without ferry would make, on the
+ * very same ferry buffers (ferry_device_ptr is the CUdeviceptr), in the
+ * device's primary context (ferry_device_native), through the driver that
+ * ferry loaded (ferry__cuda_api).
+ *
+ *   h2d         cuMemcpyHtoD_v2
+ *   d2h         cuMemcpyDtoH_v2
+ *   d2d         cuMemcpyDtoD_v2 + cuCtxSynchronize
+ *   host_alloc  cuMemAllocHost_v2 (cuMemFreeHost)
+ *   alloc_free  cuMemAlloc_v2 + cuMemFree_v2
+ */
+#include "backends/cuda/cuda_api.h"
 #include "raw.h"
 
-const raw_ops *raw_cuda_ops(void) { return 0; }
+#include <stdio.h>
+#include <stdlib.h>
+
+struct raw_baseline {
+  const ferry_cuda_api *api;
+  cu_context ctx;
+};
+
+/* The primary context must be current on the calling thread, as a raw user
+ * would have made it; a cuCtxGetCurrent when it already is. */
+static int current(raw_baseline *raw) {
+  cu_context now = NULL;
+  if (raw->api->cuCtxGetCurrent(&now) != FCU_SUCCESS) return -1;
+  if (now == raw->ctx) return 0;
+  return raw->api->cuCtxSetCurrent(raw->ctx) == FCU_SUCCESS ? 0 : -1;
+}
+
+static raw_baseline *cuda_open(ferry_device *dev, char why[256]) {
+  const ferry_cuda_api *api = ferry__cuda_api();
+  ferry_native nat;
+  if (!api) {
+    snprintf(why, 256, "the cuda backend has no driver loaded");
+    return NULL;
+  }
+  if (ferry_device_native(dev, &nat) != FERRY_OK || nat.context == 0) {
+    snprintf(why, 256, "not a cuda device: %s", ferry_last_error());
+    return NULL;
+  }
+  raw_baseline *raw = calloc(1, sizeof *raw);
+  if (!raw) {
+    snprintf(why, 256, "no host memory");
+    return NULL;
+  }
+  raw->api = api;
+  raw->ctx = (cu_context)nat.context;
+  if (current(raw) != 0) {
+    snprintf(why, 256, "cuCtxSetCurrent of the primary context failed");
+    free(raw);
+    return NULL;
+  }
+  return raw;
+}
+
+static void cuda_close(raw_baseline *raw) { free(raw); }
+
+static int cuda_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  if (current(raw)) return -1;
+  return raw->api->cuMemcpyHtoD((cu_deviceptr)ferry_device_ptr(dst), src, bytes) == FCU_SUCCESS ? 0 : -1;
+}
+
+static int cuda_d2h(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
+  if (current(raw)) return -1;
+  return raw->api->cuMemcpyDtoH(dst, (cu_deviceptr)ferry_device_ptr(src), bytes) == FCU_SUCCESS ? 0 : -1;
+}
+
+static int cuda_d2d(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes) {
+  if (current(raw)) return -1;
+  if (raw->api->cuMemcpyDtoD((cu_deviceptr)ferry_device_ptr(dst), (cu_deviceptr)ferry_device_ptr(src), bytes) !=
+      FCU_SUCCESS)
+    return -1;
+  return raw->api->cuCtxSynchronize() == FCU_SUCCESS ? 0 : -1;
+}
+
+static void *cuda_host_alloc(raw_baseline *raw, size_t bytes) {
+  void *p = NULL;
+  if (current(raw) || !raw->api->cuMemAllocHost) return NULL;
+  return raw->api->cuMemAllocHost(&p, bytes) == FCU_SUCCESS ? p : NULL;
+}
+
+static void cuda_host_free(raw_baseline *raw, void *ptr) {
+  if (current(raw) == 0) (void)raw->api->cuMemFreeHost(ptr);
+}
+
+static int cuda_alloc_free(raw_baseline *raw, size_t bytes) {
+  cu_deviceptr p = 0;
+  if (current(raw)) return -1;
+  if (raw->api->cuMemAlloc(&p, bytes ? bytes : 1) != FCU_SUCCESS) return -1;
+  return raw->api->cuMemFree(p) == FCU_SUCCESS ? 0 : -1;
+}
+
+static const raw_ops cuda_raw = {
+    .backend = "cuda",
+    .h2d_name = "cuMemcpyHtoD",
+    .d2h_name = "cuMemcpyDtoH",
+    .d2d_name = "cuMemcpyDtoD + cuCtxSynchronize",
+    .open = cuda_open,
+    .close = cuda_close,
+    .h2d = cuda_h2d,
+    .d2h = cuda_d2h,
+    .d2d = cuda_d2d,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .alloc_free = cuda_alloc_free,
+};
+
+const raw_ops *raw_cuda_ops(void) { return &cuda_raw; }

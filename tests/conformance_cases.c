@@ -57,10 +57,13 @@ static void device_info(ferry_device *dev, const ferry_device_info *info) {
   CHECK_OK(ferry_device_native(dev, &nat));
   if (is_host_backend(info)) {
     CHECK(nat.device == 0 && nat.context == 0 && nat.queue == 0 && nat.queue_family == 0);
+  } else if (strcmp(info->backend, "cuda") == 0) {
+    /* CUdevice 0 is the first GPU and stream 0 the default stream: only the context must be set. */
+    CHECK(nat.context != 0);
   } else {
     CHECK(nat.device != 0);
     CHECK(nat.context != 0);
-    if (strcmp(info->backend, "cuda") != 0) CHECK(nat.queue != 0); /* CUDA: 0 is the default stream */
+    CHECK(nat.queue != 0);
   }
   CHECK_OK(ferry_device_synchronize(dev));
 

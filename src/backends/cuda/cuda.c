@@ -1,9 +1,889 @@
-/* cuda: placeholder until the backend lands; reports itself absent. */
+/*
+ * cuda: every CUDA GPU, through the driver API loaded at run time.
+ *
+ * libcuda.so.1 (or FERRY_CUDA_LIBRARY) is dlopen'd and the functions of
+ * cuda_api.h are looked up by their versioned names; no CUDA toolkit is needed
+ * to build, and a machine without the driver has no cuda devices. Each GPU is
+ * used through its primary context (the one the CUDA runtime uses too), retained
+ * at probe and released at shutdown; every operation makes it current on the
+ * calling thread (a cuCtxGetCurrent, nothing more when it already is).
+ *
+ * Memory: cuMemAlloc. A synchronous cuMemcpyHtoD from pageable memory may
+ * return once the bytes are staged, before the DMA lands; ferry's writes are
+ * complete on return, through a stream synchronisation (or, FERRY_CUDA_H2D,
+ * CU_POINTER_ATTRIBUTE_SYNC_MEMOPS or a pinned bounce buffer). Host-pointer
+ * buffers: cuMemHostRegister (PORTABLE |
+ * DEVICEMAP) over the user's array, which stays plain coherent host memory
+ * (ferry_mem.host). Pinned host memory: cuMemHostAlloc(PORTABLE). The core's
+ * staging pipeline moves pageable data through pinned slots with
+ * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a per-device stream and one event per
+ * slot. docs/backends/cuda.md has the whole mapping and the reasons.
+ */
+#if !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* RTLD_NODELETE */
+#endif
+#include "cuda_api.h"
+
 #include "../../core/backend.h"
 
-static ferry_status cuda_probe(ferry_probe *probe) {
-  (void)probe;
-  return ferry__fail(FERRY_ERROR_UNSUPPORTED, "the cuda backend is not built yet");
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CUDA_MAX_DEVICES 64
+#define BOUNCE_SLOTS     4
+#define BOUNCE_BYTES     ((size_t)64 << 10)
+#define HOST_ALIGN       ((size_t)4096) /* what ferry_host_alloc promises */
+
+/* How a synchronous write from pageable memory is made complete on return. */
+typedef enum h2d_mode {
+  H2D_STREAM, /* cuMemcpyHtoD, then cuStreamSynchronize of the legacy stream (default: the fastest) */
+  H2D_MEMOPS, /* the allocation carries SYNC_MEMOPS: cuMemcpyHtoD itself waits */
+  H2D_BOUNCE, /* small writes through a pinned bounce buffer, larger ones as H2D_STREAM */
+} h2d_mode;
+
+static const char *const h2d_mode_names[] = {"stream", "memops", "bounce"};
+
+typedef struct bounce_slot {
+  pthread_mutex_t lock;
+  void *host; /* BOUNCE_BYTES of pinned memory, or NULL */
+} bounce_slot;
+
+/* A block from ferry_host_alloc that had to be aligned by hand. */
+typedef struct shifted_block {
+  struct shifted_block *next;
+  void *aligned, *base;
+} shifted_block;
+
+typedef struct cuda_device {
+  int index; /* among this backend's devices */
+  cu_device device;
+  cu_context ctx; /* the primary context, retained */
+  int cc_major, cc_minor;
+  h2d_mode mode;
+  bool peer_enabled; /* FERRY_CUDA_PEER != 0 */
+  cu_stream stream;  /* blocking stream for the staging pipeline */
+  cu_event events[FERRY_STAGE_SLOTS];
+  bounce_slot bounce[BOUNCE_SLOTS];
+  _Atomic int peer[CUDA_MAX_DEVICES]; /* 0 not yet asked, 1 peer copies, -1 staged */
+  pthread_mutex_t shifted_lock;
+  shifted_block *shifted;
+  _Atomic int shifted_count;
+  char name[300];
+} cuda_device;
+
+static struct {
+  void *lib;
+  ferry_cuda_api api;
+  _Atomic bool loaded;
+  char path[256];
+  int driver_version;
+  pthread_mutex_t peer_lock;
+} g = {.peer_lock = PTHREAD_MUTEX_INITIALIZER};
+
+#define API (g.api)
+
+/* Marks an allocation that carries CU_POINTER_ATTRIBUTE_SYNC_MEMOPS (ferry_mem.impl). */
+static char memops_tag;
+#define MEMOPS_TAG ((void *)&memops_tag)
+
+const ferry_cuda_api *ferry__cuda_api(void) { return atomic_load(&g.loaded) ? &g.api : NULL; }
+
+/* ---- errors ------------------------------------------------------------------ */
+
+static bool is_sticky(cu_result r) {
+  switch (r) {
+  case FCU_ERROR_ILLEGAL_ADDRESS:
+  case FCU_ERROR_LAUNCH_TIMEOUT:
+  case FCU_ERROR_ASSERT:
+  case FCU_ERROR_HARDWARE_STACK_ERROR:
+  case FCU_ERROR_ILLEGAL_INSTRUCTION:
+  case FCU_ERROR_MISALIGNED_ADDRESS:
+  case FCU_ERROR_INVALID_ADDRESS_SPACE:
+  case FCU_ERROR_INVALID_PC:
+  case FCU_ERROR_LAUNCH_FAILED:
+  case FCU_ERROR_TENSOR_MEMORY_LEAK:
+  case FCU_ERROR_ECC_UNCORRECTABLE:
+  case FCU_ERROR_NVLINK_UNCORRECTABLE:
+  case FCU_ERROR_CONTAINED: return true;
+  default: return false;
+  }
 }
 
-const ferry_backend ferry_backend_cuda = {.name = "cuda", .probe = cuda_probe};
+const char *ferry__cuda_error_text(cu_result r, char *buf, size_t size) {
+  const char *name = NULL, *text = NULL;
+  if (atomic_load(&g.loaded)) {
+    if (API.cuGetErrorName(r, &name) != FCU_SUCCESS) name = NULL;
+    if (API.cuGetErrorString(r, &text) != FCU_SUCCESS) text = NULL;
+  }
+  if (name)
+    snprintf(buf, size, "%s (%d)%s%s", name, (int)r, text ? ": " : "", text ? text : "");
+  else
+    snprintf(buf, size, "CUresult %d (a code this driver has no name for)", (int)r);
+  if (is_sticky(r)) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, size - used,
+             "; this error is sticky: a kernel on this GPU faulted earlier (an out-of-bounds access through "
+             "ferry_device_ptr, say), and the device's CUDA context stays unusable until the process exits (run the "
+             "program under compute-sanitizer to find the kernel)");
+  } else if (r == FCU_ERROR_DEINITIALIZED) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, size - used, "; the CUDA driver is shutting down (a ferry call during exit?)");
+  }
+  return buf;
+}
+
+static ferry_status status_of(cu_result r) {
+  return r == FCU_ERROR_OUT_OF_MEMORY ? FERRY_ERROR_OUT_OF_MEMORY : FERRY_ERROR_BACKEND;
+}
+
+/* "<what> on <label> failed: <CUresult name (number): text>". */
+static ferry_status cu_fail(const ferry_device *dev, cu_result r, const char *fmt, ...) FERRY_PRINTF(3, 4);
+static ferry_status cu_fail(const ferry_device *dev, cu_result r, const char *fmt, ...) {
+  char what[512], err[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return ferry__fail(status_of(r), "%s on %s failed: %s", what, dev->label, ferry__cuda_error_text(r, err, sizeof err));
+}
+
+/* ---- the current context ------------------------------------------------------ */
+
+typedef struct ctx_scope {
+  bool pushed;
+} ctx_scope;
+
+/* Makes the device's primary context current on this thread. A thread with no
+ * context keeps it afterwards (the next call then costs one cuCtxGetCurrent); a
+ * thread that had another context current gets it back in ctx_leave. */
+static ferry_status ctx_enter(const ferry_device *dev, ctx_scope *scope) {
+  const cuda_device *cd = dev->impl;
+  cu_context current = NULL;
+  scope->pushed = false;
+  cu_result r = API.cuCtxGetCurrent(&current);
+  if (r != FCU_SUCCESS) return cu_fail(dev, r, "cuCtxGetCurrent");
+  if (current == cd->ctx) return FERRY_OK;
+  if (current == NULL) {
+    r = API.cuCtxSetCurrent(cd->ctx);
+    if (r != FCU_SUCCESS) return cu_fail(dev, r, "cuCtxSetCurrent (making the primary context current)");
+    return FERRY_OK;
+  }
+  r = API.cuCtxPushCurrent(cd->ctx);
+  if (r != FCU_SUCCESS) return cu_fail(dev, r, "cuCtxPushCurrent_v2 (making the primary context current)");
+  scope->pushed = true;
+  return FERRY_OK;
+}
+
+static void ctx_leave(const ctx_scope *scope) {
+  if (scope->pushed) {
+    cu_context popped;
+    (void)API.cuCtxPopCurrent(&popped);
+  }
+}
+
+/* ---- host memory helpers -------------------------------------------------------- */
+
+static bool ranges_overlap(const void *a, const void *b, size_t n) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + n && y < x + n;
+}
+
+/* memmove semantics; in parallel when the ranges are apart and large. */
+static void host_move(void *dst, const void *src, size_t n) {
+  if (dst == src) return;
+  if (ranges_overlap(dst, src, n))
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
+static uint64_t host_ram(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+}
+
+static size_t page_size(void) {
+  long page = sysconf(_SC_PAGESIZE);
+  return page > 0 ? (size_t)page : 4096;
+}
+
+/* ---- device memory ---------------------------------------------------------------- */
+
+static uint64_t cuda_free_memory(ferry_device *dev) {
+  ctx_scope scope;
+  if (ctx_enter(dev, &scope) != FERRY_OK) return 0;
+  size_t free_bytes = 0, total = 0;
+  if (API.cuMemGetInfo(&free_bytes, &total) != FCU_SUCCESS) free_bytes = 0;
+  ctx_leave(&scope);
+  return free_bytes;
+}
+
+static ferry_status cuda_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr p = 0;
+  cu_result r = API.cuMemAlloc(&p, bytes);
+  if (r == FCU_ERROR_OUT_OF_MEMORY) {
+    size_t free_bytes = 0, total = 0;
+    char asked[64], free_text[64], total_text[64], err[768];
+    if (API.cuMemGetInfo(&free_bytes, &total) == FCU_SUCCESS)
+      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2 of %s on %s failed: %s; the device has %s free of %s",
+                       ferry__bytes_text(bytes, asked), dev->label, ferry__cuda_error_text(r, err, sizeof err),
+                       ferry__bytes_text(free_bytes, free_text), ferry__bytes_text(total, total_text));
+    else
+      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "cuMemAlloc_v2 of %s on %s failed: %s (its free memory is unknown)",
+                       ferry__bytes_text(bytes, asked), dev->label, ferry__cuda_error_text(r, err, sizeof err));
+  } else if (r != FCU_SUCCESS) {
+    char asked[64];
+    st = cu_fail(dev, r, "cuMemAlloc_v2 of %s", ferry__bytes_text(bytes, asked));
+  } else {
+    /* FERRY_CUDA_H2D=memops: synchronous copies into this memory complete before
+     * they return, also from pageable memory. Without the mark (other modes, or
+     * a driver that refuses it), writes end with a stream synchronisation. */
+    unsigned int one = 1;
+    cuda_device *cd = dev->impl;
+    bool memops =
+        cd->mode == H2D_MEMOPS && API.cuPointerSetAttribute(&one, FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS, p) == FCU_SUCCESS;
+    *out = (ferry_mem){.handle = (uintptr_t)p, .host = NULL, .impl = memops ? MEMOPS_TAG : NULL, .bytes = bytes};
+  }
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_free(ferry_device *dev, ferry_mem *mem) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuMemFree((cu_deviceptr)mem->handle);
+  if (r != FCU_SUCCESS) {
+    char size[64];
+    st = cu_fail(dev, r, "cuMemFree_v2 of 0x%llx (%s)", (unsigned long long)mem->handle,
+                 ferry__bytes_text(mem->bytes, size));
+  }
+  ctx_leave(&scope);
+  return st;
+}
+
+/* ---- bounce buffers (FERRY_CUDA_H2D=bounce) ---------------------------------------- */
+
+static int bounce_take(cuda_device *cd) {
+  for (int i = 0; i < BOUNCE_SLOTS; i++)
+    if (cd->bounce[i].host && pthread_mutex_trylock(&cd->bounce[i].lock) == 0) return i;
+  return -1;
+}
+
+/* ---- transfers ------------------------------------------------------------------------ */
+
+static ferry_status cuda_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+  if (dst->host) { /* registered host memory: plain, coherent */
+    host_move((char *)dst->host + off, src, n);
+    return FERRY_OK;
+  }
+  cuda_device *cd = dev->impl;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr to = (cu_deviceptr)dst->handle + off;
+  cu_result r;
+  const char *call = "cuMemcpyHtoD_v2";
+  int slot;
+  if (cd->mode == H2D_MEMOPS && dst->impl == MEMOPS_TAG) {
+    r = API.cuMemcpyHtoD(to, src, n); /* complete on return: SYNC_MEMOPS */
+  } else if (ferry__host_is_pinned(dev->backend, src, n)) {
+    r = API.cuMemcpyHtoD(to, src, n); /* from pinned memory: synchronous */
+  } else if (cd->mode == H2D_BOUNCE && n <= BOUNCE_BYTES && (slot = bounce_take(cd)) >= 0) {
+    memcpy(cd->bounce[slot].host, src, n);
+    r = API.cuMemcpyHtoD(to, cd->bounce[slot].host, n); /* from pinned memory: synchronous */
+    pthread_mutex_unlock(&cd->bounce[slot].lock);
+    call = "cuMemcpyHtoD_v2 (from the pinned bounce buffer)";
+  } else {
+    r = API.cuMemcpyHtoD(to, src, n);
+    if (r == FCU_SUCCESS) {
+      r = API.cuStreamSynchronize(NULL);
+      call = "cuStreamSynchronize (legacy stream, after cuMemcpyHtoD_v2)";
+    }
+  }
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "%s of %zu bytes from host %p to device 0x%llx (offset %zu of a %zu-byte allocation)", call, n,
+                 src, (unsigned long long)to, off, dst->bytes);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+  if (src->host) {
+    host_move(dst, (const char *)src->host + off, n);
+    return FERRY_OK;
+  }
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr from = (cu_deviceptr)src->handle + off;
+  /* Device to host is complete on return, to pageable and pinned memory alike. */
+  cu_result r = API.cuMemcpyDtoH(dst, from, n);
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r,
+                 "cuMemcpyDtoH_v2 of %zu bytes from device 0x%llx (offset %zu of a %zu-byte allocation) to host %p", n,
+                 (unsigned long long)from, off, src->bytes, dst);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                              size_t n) {
+  if (src->host && dst->host) {
+    host_move((char *)dst->host + doff, (const char *)src->host + so, n);
+    return FERRY_OK;
+  }
+  if (src->host) return cuda_write(dev, dst, doff, (const char *)src->host + so, n); /* registered: pinned */
+  if (dst->host) return cuda_read(dev, src, so, (char *)dst->host + doff, n);
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr from = (cu_deviceptr)src->handle + so, to = (cu_deviceptr)dst->handle + doff;
+  const char *call = "cuMemcpyDtoD_v2";
+  cu_result r = API.cuMemcpyDtoD(to, from, n);
+  if (r == FCU_SUCCESS) {
+    /* Device to device returns before the copy is done. */
+    r = API.cuStreamSynchronize(NULL);
+    call = "cuStreamSynchronize (legacy stream, after cuMemcpyDtoD_v2)";
+  }
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to device 0x%llx (offset %zu)", call, n,
+                 (unsigned long long)from, so, (unsigned long long)to, doff);
+  ctx_leave(&scope);
+  return st;
+}
+
+/* Lets `ctx` reach `peer`'s memory; true when it can (or already could). */
+static bool enable_peer(cu_context ctx, cu_context peer) {
+  if (API.cuCtxPushCurrent(ctx) != FCU_SUCCESS) return false;
+  cu_result r = API.cuCtxEnablePeerAccess(peer, 0);
+  cu_context popped;
+  (void)API.cuCtxPopCurrent(&popped);
+  return r == FCU_SUCCESS || r == FCU_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+}
+
+/* Decides once per pair of GPUs whether copies between them go peer to peer. */
+static bool peer_ready(cuda_device *s, cuda_device *d) {
+  int state = atomic_load(&s->peer[d->index]);
+  if (state) return state > 0;
+  pthread_mutex_lock(&g.peer_lock);
+  state = atomic_load(&s->peer[d->index]);
+  if (!state) {
+    int a = 0, b = 0;
+    bool ok = s->peer_enabled && d->peer_enabled && API.cuDeviceCanAccessPeer(&a, d->device, s->device) == 0 && a &&
+              API.cuDeviceCanAccessPeer(&b, s->device, d->device) == 0 && b;
+    if (ok) ok = enable_peer(d->ctx, s->ctx) && enable_peer(s->ctx, d->ctx);
+    state = ok ? 1 : -1;
+    atomic_store(&s->peer[d->index], state);
+    atomic_store(&d->peer[s->index], state);
+  }
+  pthread_mutex_unlock(&g.peer_lock);
+  return state > 0;
+}
+
+static ferry_status cuda_copy_peer(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev,
+                                   ferry_mem *dst, size_t doff, size_t n) {
+  cuda_device *s = sdev->impl, *d = ddev->impl;
+  /* Host memory on either side: the core reads or writes it directly. */
+  if (src->host || dst->host || !peer_ready(s, d)) return FERRY_ERROR_UNSUPPORTED;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(ddev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr from = (cu_deviceptr)src->handle + so, to = (cu_deviceptr)dst->handle + doff;
+  const char *call = "cuMemcpyPeer";
+  cu_result r = API.cuMemcpyPeer(to, d->ctx, from, s->ctx, n);
+  if (r == FCU_SUCCESS) {
+    /* cuMemcpyPeer returns before the copy is done. */
+    r = API.cuCtxSynchronize();
+    call = "cuCtxSynchronize (after cuMemcpyPeer)";
+  }
+  if (r != FCU_SUCCESS) {
+    char err[768];
+    st = ferry__fail(status_of(r), "%s of %zu bytes from %s (0x%llx) to %s (0x%llx) failed: %s", call, n, sdev->label,
+                     (unsigned long long)from, ddev->label, (unsigned long long)to,
+                     ferry__cuda_error_text(r, err, sizeof err));
+  }
+  ctx_leave(&scope);
+  return st;
+}
+
+/* ---- host-pointer buffers ---------------------------------------------------------------- */
+
+static ferry_status cuda_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                         ferry_refusal *out_refusal) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) {
+    *out_refusal = FERRY_REFUSAL_DRIVER;
+    return st;
+  }
+  char size[64], err[768];
+  cu_result r = API.cuMemHostRegister(host, bytes, FCU_MEMHOSTREGISTER_PORTABLE | FCU_MEMHOSTREGISTER_DEVICEMAP);
+  if (r == FCU_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+    *out_refusal = FERRY_REFUSAL_OVERLAP;
+    st = ferry__fail(FERRY_ERROR_REFUSED,
+                     "cuMemHostRegister_v2(%p, %s, PORTABLE | DEVICEMAP) on %s failed: %s; part of this memory is "
+                     "already registered with CUDA (by the program itself or by another library)",
+                     host, ferry__bytes_text(bytes, size), dev->label, ferry__cuda_error_text(r, err, sizeof err));
+  } else if (r != FCU_SUCCESS) {
+    *out_refusal = FERRY_REFUSAL_DRIVER;
+    st = ferry__fail(FERRY_ERROR_REFUSED, "cuMemHostRegister_v2(%p, %s, PORTABLE | DEVICEMAP) on %s failed: %s", host,
+                     ferry__bytes_text(bytes, size), dev->label, ferry__cuda_error_text(r, err, sizeof err));
+  } else {
+    cu_deviceptr dptr = 0;
+    r = API.cuMemHostGetDevicePointer(&dptr, host, 0);
+    if (r != FCU_SUCCESS) {
+      *out_refusal = FERRY_REFUSAL_DRIVER;
+      st = ferry__fail(FERRY_ERROR_REFUSED, "cuMemHostGetDevicePointer_v2(%p) on %s failed after registering %s: %s",
+                       host, dev->label, ferry__bytes_text(bytes, size), ferry__cuda_error_text(r, err, sizeof err));
+      (void)API.cuMemHostUnregister(host);
+    } else {
+      *out = (ferry_mem){.handle = (uintptr_t)dptr, .host = host, .impl = NULL, .bytes = bytes};
+    }
+  }
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
+  (void)mem;
+  /* The memory is coherent: handing it to the device needs nothing. Taking it
+   * back waits for the kernels that may still write to it. */
+  if (dir == FERRY_SYNC_TO_DEVICE) return FERRY_OK;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuCtxSynchronize();
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuCtxSynchronize (handing a host-pointer buffer's array back)");
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  cu_result sync = FCU_SUCCESS;
+  if (st == FERRY_OK) sync = API.cuCtxSynchronize(); /* no kernel may still use the pages */
+  /* Unregistered always, whatever the synchronisation said. */
+  cu_result r = API.cuMemHostUnregister(mem->host);
+  char size[64];
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuMemHostUnregister(%p, %s)", mem->host, ferry__bytes_text(mem->bytes, size));
+  else if (sync != FCU_SUCCESS)
+    st = cu_fail(dev, sync, "cuCtxSynchronize (before unregistering %p, %s)", mem->host,
+                 ferry__bytes_text(mem->bytes, size));
+  ctx_leave(&scope);
+  return st;
+}
+
+/* ---- pinned host memory ---------------------------------------------------------------------- */
+
+static ferry_status cuda_host_alloc(ferry_device *dev, size_t bytes, void **out) {
+  char size[64], ram[64];
+  uint64_t limit = host_ram();
+  size_t rounded = (bytes + HOST_ALIGN - 1) & ~(HOST_ALIGN - 1);
+  if (bytes > limit || rounded < bytes)
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "cannot pin %s of host memory for %s: the host has %s of RAM",
+                       ferry__bytes_text(bytes, size), dev->label, ferry__bytes_text(limit, ram));
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cuda_device *cd = dev->impl;
+  void *p = NULL;
+  cu_result r = API.cuMemHostAlloc(&p, rounded, FCU_MEMHOSTALLOC_PORTABLE);
+  if (r == FCU_SUCCESS && ((uintptr_t)p & (HOST_ALIGN - 1))) {
+    /* Not page-aligned: over-allocate and align by hand, remembering the base. */
+    (void)API.cuMemFreeHost(p);
+    p = NULL;
+    shifted_block *b = malloc(sizeof *b);
+    size_t padded = rounded + HOST_ALIGN;
+    if (!b || padded < rounded) {
+      free(b);
+      ctx_leave(&scope);
+      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
+    }
+    r = API.cuMemHostAlloc(&b->base, padded, FCU_MEMHOSTALLOC_PORTABLE);
+    if (r == FCU_SUCCESS) {
+      b->aligned = (void *)(((uintptr_t)b->base + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1));
+      p = b->aligned;
+      pthread_mutex_lock(&cd->shifted_lock);
+      b->next = cd->shifted;
+      cd->shifted = b;
+      atomic_fetch_add(&cd->shifted_count, 1);
+      pthread_mutex_unlock(&cd->shifted_lock);
+    } else {
+      free(b);
+    }
+  }
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuMemHostAlloc(%s, PORTABLE)", ferry__bytes_text(rounded, size));
+  else
+    *out = p;
+  ctx_leave(&scope);
+  return st;
+}
+
+static void cuda_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+  (void)bytes;
+  cuda_device *cd = dev->impl;
+  void *base = ptr;
+  if (atomic_load(&cd->shifted_count) > 0) {
+    pthread_mutex_lock(&cd->shifted_lock);
+    for (shifted_block **link = &cd->shifted; *link; link = &(*link)->next) {
+      if ((*link)->aligned == ptr) {
+        shifted_block *b = *link;
+        *link = b->next;
+        base = b->base;
+        free(b);
+        atomic_fetch_sub(&cd->shifted_count, 1);
+        break;
+      }
+    }
+    pthread_mutex_unlock(&cd->shifted_lock);
+  }
+  ctx_scope scope;
+  if (ctx_enter(dev, &scope) != FERRY_OK) return; /* the context is gone; so is the memory */
+  (void)API.cuMemFreeHost(base);
+  ctx_leave(&scope);
+}
+
+/* The memory type of `p` (FCU_MEMORYTYPE_*), 0 for memory the driver does not
+ * know. cuPointerGetAttributes, unlike cuPointerGetAttribute, answers for
+ * ordinary memory without an error (which compute-sanitizer would report). */
+static unsigned int memory_type(cu_deviceptr p) {
+  unsigned int type = 0;
+  cu_pointer_attribute attr = FCU_POINTER_ATTRIBUTE_MEMORY_TYPE;
+  void *data[1] = {&type};
+  return API.cuPointerGetAttributes(1, &attr, data, p) == FCU_SUCCESS ? type : 0;
+}
+
+/* Is the range page-locked memory the driver knows (the user's own cuMemAllocHost
+ * or cuMemHostRegister memory)? Blocks from ferry_host_alloc the core knows itself. */
+static bool cuda_host_is_pinned(ferry_device *dev, const void *ptr, size_t bytes) {
+  if (bytes == 0) return false;
+  ctx_scope scope;
+  if (ctx_enter(dev, &scope) != FERRY_OK) return false;
+  cu_deviceptr p = (cu_deviceptr)(uintptr_t)ptr;
+  bool pinned = memory_type(p) == FCU_MEMORYTYPE_HOST && memory_type(p + bytes - 1) == FCU_MEMORYTYPE_HOST;
+  if (pinned) {
+    /* Both ends pinned; where the driver says which allocation, it must be one. */
+    cu_deviceptr start = 0;
+    size_t size = 0;
+    cu_pointer_attribute attrs[2] = {FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR, FCU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[2] = {&start, &size};
+    if (API.cuPointerGetAttributes(2, attrs, data, p) == FCU_SUCCESS && size > 0)
+      pinned = p >= start && p - start <= size && bytes <= size - (p - start);
+  }
+  ctx_leave(&scope);
+  return pinned;
+}
+
+/* ---- the staging pipeline -------------------------------------------------------------------- */
+
+static ferry_status bad_slot(const ferry_device *dev, unsigned slot) {
+  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "staging slot %u on %s: there are %d", slot, dev->label,
+                     FERRY_STAGE_SLOTS);
+}
+
+static ferry_status cuda_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *pinned_src, size_t n,
+                                     unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  if (dst->host) {
+    memcpy((char *)dst->host + off, pinned_src, n);
+    return FERRY_OK;
+  }
+  cuda_device *cd = dev->impl;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr to = (cu_deviceptr)dst->handle + off;
+  const char *call = "cuMemcpyHtoDAsync_v2";
+  cu_result r = API.cuMemcpyHtoDAsync(to, pinned_src, n, cd->stream);
+  if (r == FCU_SUCCESS) {
+    r = API.cuEventRecord(cd->events[slot], cd->stream);
+    call = "cuEventRecord (after cuMemcpyHtoDAsync_v2)";
+  }
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "%s of %zu bytes from staging slot %u to device 0x%llx (offset %zu)", call, n, slot,
+                 (unsigned long long)to, off);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *pinned_dst, size_t n,
+                                    unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  if (src->host) {
+    memcpy(pinned_dst, (const char *)src->host + off, n);
+    return FERRY_OK;
+  }
+  cuda_device *cd = dev->impl;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr from = (cu_deviceptr)src->handle + off;
+  const char *call = "cuMemcpyDtoHAsync_v2";
+  cu_result r = API.cuMemcpyDtoHAsync(pinned_dst, from, n, cd->stream);
+  if (r == FCU_SUCCESS) {
+    r = API.cuEventRecord(cd->events[slot], cd->stream);
+    call = "cuEventRecord (after cuMemcpyDtoHAsync_v2)";
+  }
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to staging slot %u", call, n,
+                 (unsigned long long)from, off, slot);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_wait_slot(ferry_device *dev, unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  cuda_device *cd = dev->impl;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuEventSynchronize(cd->events[slot]);
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (staging slot %u)", slot);
+  ctx_leave(&scope);
+  return st;
+}
+
+/* ---- device-wide operations ------------------------------------------------------------------- */
+
+static ferry_status cuda_synchronize(ferry_device *dev) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuCtxSynchronize();
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuCtxSynchronize");
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_native(const ferry_device *dev, ferry_native *out) {
+  const cuda_device *cd = dev->impl;
+  *out = (ferry_native){.device = (uintptr_t)cd->device, .context = (uintptr_t)cd->ctx, .queue = 0, .queue_family = 0};
+  return FERRY_OK;
+}
+
+/* Releases what device_setup made; the context is made current for it. */
+static void device_teardown(cuda_device *cd) {
+  if (cd->ctx) {
+    if (API.cuCtxPushCurrent(cd->ctx) == FCU_SUCCESS) {
+      for (int i = 0; i < FERRY_STAGE_SLOTS; i++)
+        if (cd->events[i]) (void)API.cuEventDestroy(cd->events[i]);
+      if (cd->stream) (void)API.cuStreamDestroy(cd->stream);
+      for (int i = 0; i < BOUNCE_SLOTS; i++)
+        if (cd->bounce[i].host) (void)API.cuMemFreeHost(cd->bounce[i].host);
+      /* Blocks from ferry_host_alloc are gone by now; any left over are ours. */
+      while (cd->shifted) {
+        shifted_block *b = cd->shifted;
+        cd->shifted = b->next;
+        (void)API.cuMemFreeHost(b->base);
+        free(b);
+      }
+      cu_context popped;
+      (void)API.cuCtxPopCurrent(&popped);
+    }
+    (void)API.cuDevicePrimaryCtxRelease(cd->device);
+  }
+  for (int i = 0; i < BOUNCE_SLOTS; i++)
+    pthread_mutex_destroy(&cd->bounce[i].lock);
+  pthread_mutex_destroy(&cd->shifted_lock);
+  free(cd);
+}
+
+static void cuda_destroy(ferry_device *dev) { device_teardown(dev->impl); }
+
+static const ferry_device_ops cuda_ops = {
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .write = cuda_write,
+    .read = cuda_read,
+    .copy = cuda_copy,
+    .copy_peer = cuda_copy_peer,
+    .host_ptr_import = cuda_host_ptr_import,
+    .host_ptr_sync = cuda_host_ptr_sync,
+    .host_ptr_release = cuda_host_ptr_release,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
+    .synchronize = cuda_synchronize,
+    .native = cuda_native,
+    .free_memory = cuda_free_memory,
+    .write_async = cuda_write_async,
+    .read_async = cuda_read_async,
+    .wait_slot = cuda_wait_slot,
+    .host_is_pinned = cuda_host_is_pinned,
+    .destroy = cuda_destroy,
+};
+
+/* ---- loading and probing ---------------------------------------------------------------------- */
+
+static void unload_library(void) {
+  atomic_store(&g.loaded, false);
+  if (g.lib) dlclose(g.lib);
+  g.lib = NULL;
+  memset(&g.api, 0, sizeof g.api);
+}
+
+static ferry_status load_library(void) {
+  const char *env = getenv("FERRY_CUDA_LIBRARY");
+  snprintf(g.path, sizeof g.path, "%s", env && *env ? env : "libcuda.so.1");
+  int flags = RTLD_NOW | RTLD_LOCAL;
+#ifdef RTLD_NODELETE
+  flags |= RTLD_NODELETE; /* the driver keeps threads and handlers: never unmap it */
+#endif
+  dlerror();
+  g.lib = dlopen(g.path, flags);
+  if (!g.lib) {
+    const char *why = dlerror();
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why ? why : g.path);
+  }
+  const char *missing = NULL;
+#define LOOKUP(required, member, symbol, ret, params)                                                                  \
+  {                                                                                                                    \
+    void *sym = dlsym(g.lib, symbol);                                                                                  \
+    memcpy(&g.api.member, &sym, sizeof sym);                                                                           \
+    if (!sym && required && !missing) missing = symbol;                                                                \
+  }
+  FERRY_CUDA_FUNCTIONS(LOOKUP)
+#undef LOOKUP
+  if (missing) {
+    ferry__fail(FERRY_ERROR_UNSUPPORTED,
+                "%s has no %s: the CUDA driver is too old for ferry (it needs CUDA 11 or later)", g.path, missing);
+    unload_library();
+    return FERRY_ERROR_UNSUPPORTED;
+  }
+  atomic_store(&g.loaded, true);
+  return FERRY_OK;
+}
+
+static h2d_mode mode_from_env(void) {
+  const char *env = getenv("FERRY_CUDA_H2D");
+  if (env)
+    for (int m = 0; m < 3; m++)
+      if (strcmp(env, h2d_mode_names[m]) == 0) return (h2d_mode)m;
+  return H2D_STREAM;
+}
+
+/* Fills in one GPU: its properties, primary context, stream, events, bounce
+ * buffers. On failure sets the sentence; the caller tears down. */
+static ferry_status device_setup(cuda_device *cd, int ordinal, ferry_device_desc *desc) {
+  char err[768];
+  cu_result r = API.cuDeviceGet(&cd->device, ordinal);
+  if (r != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_BACKEND, "cuDeviceGet(%d) failed: %s", ordinal,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  char raw_name[256] = "";
+  size_t total = 0;
+  int uva = 0, map_host = 0;
+  if ((r = API.cuDeviceGetName(raw_name, (int)sizeof raw_name - 1, cd->device)) != FCU_SUCCESS ||
+      (r = API.cuDeviceTotalMem(&total, cd->device)) != FCU_SUCCESS ||
+      (r = API.cuDeviceGetAttribute(&cd->cc_major, FCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, cd->device)) !=
+          FCU_SUCCESS ||
+      (r = API.cuDeviceGetAttribute(&cd->cc_minor, FCU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, cd->device)) !=
+          FCU_SUCCESS ||
+      (r = API.cuDeviceGetAttribute(&uva, FCU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, cd->device)) != FCU_SUCCESS ||
+      (r = API.cuDeviceGetAttribute(&map_host, FCU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, cd->device)) != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_BACKEND, "reading the properties of CUDA device %d failed: %s", ordinal,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  raw_name[sizeof raw_name - 1] = '\0';
+  snprintf(cd->name, sizeof cd->name, "%s (sm_%d%d)", raw_name[0] ? raw_name : "CUDA device", cd->cc_major,
+           cd->cc_minor);
+  cu_context ctx = NULL;
+  if ((r = API.cuDevicePrimaryCtxRetain(&ctx, cd->device)) != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_BACKEND, "cuDevicePrimaryCtxRetain for CUDA device %d (%s) failed: %s", ordinal,
+                       cd->name, ferry__cuda_error_text(r, err, sizeof err));
+  cd->ctx = ctx;
+  if ((r = API.cuCtxPushCurrent(ctx)) != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_BACKEND, "cuCtxPushCurrent_v2 for CUDA device %d (%s) failed: %s", ordinal, cd->name,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  const char *call = "cuStreamCreate";
+  r = API.cuStreamCreate(&cd->stream, FCU_STREAM_DEFAULT);
+  for (int i = 0; i < FERRY_STAGE_SLOTS && r == FCU_SUCCESS; i++) {
+    r = API.cuEventCreate(&cd->events[i], FCU_EVENT_DISABLE_TIMING);
+    call = "cuEventCreate";
+  }
+  if (r == FCU_SUCCESS && cd->mode == H2D_BOUNCE) {
+    for (int i = 0; i < BOUNCE_SLOTS && r == FCU_SUCCESS; i++) {
+      r = API.cuMemHostAlloc(&cd->bounce[i].host, BOUNCE_BYTES, FCU_MEMHOSTALLOC_PORTABLE);
+      call = "cuMemHostAlloc (bounce buffer)";
+    }
+  }
+  cu_context popped;
+  (void)API.cuCtxPopCurrent(&popped);
+  if (r != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_BACKEND, "%s for CUDA device %d (%s) failed: %s", call, ordinal, cd->name,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  *desc = (ferry_device_desc){
+      .ops = &cuda_ops,
+      .impl = cd,
+      .name = cd->name,
+      .total_memory = total,
+      .max_allocation = total,
+      .is_cpu = false,
+      .zero_copy = false,
+      .host_ptr = uva && map_host,
+      .host_ptr_alignment = page_size(), /* registration pins whole pages */
+      .caps = FERRY_CAP_CACHE,
+  };
+  return FERRY_OK;
+}
+
+static ferry_status cuda_probe(ferry_probe *probe) {
+  ferry_status st = load_library();
+  if (st != FERRY_OK) return st;
+  char err[768];
+  cu_result r = API.cuInit(0);
+  if (r != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "cuInit(0) in %s failed: %s", g.path,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  if (API.cuDriverGetVersion(&g.driver_version) != FCU_SUCCESS) g.driver_version = 0;
+  int count = 0;
+  if ((r = API.cuDeviceGetCount(&count)) != FCU_SUCCESS)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "cuDeviceGetCount in %s failed: %s", g.path,
+                       ferry__cuda_error_text(r, err, sizeof err));
+  if (count <= 0) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "the CUDA driver (%s) reports no devices", g.path);
+  if (count > CUDA_MAX_DEVICES) count = CUDA_MAX_DEVICES;
+  h2d_mode mode = mode_from_env();
+  const char *peer_env = getenv("FERRY_CUDA_PEER");
+  bool peer = !(peer_env && strcmp(peer_env, "0") == 0);
+  int added = 0;
+  char first_failure[1024] = "";
+  for (int ordinal = 0; ordinal < count; ordinal++) {
+    cuda_device *cd = calloc(1, sizeof *cd);
+    if (!cd) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for CUDA device %d", ordinal);
+    for (int i = 0; i < BOUNCE_SLOTS; i++)
+      pthread_mutex_init(&cd->bounce[i].lock, NULL);
+    pthread_mutex_init(&cd->shifted_lock, NULL);
+    cd->index = added;
+    cd->mode = mode;
+    cd->peer_enabled = peer;
+    ferry_device_desc desc;
+    st = device_setup(cd, ordinal, &desc);
+    if (st != FERRY_OK) {
+      /* A GPU that cannot be used (taken in exclusive mode, broken) is left out. */
+      if (!first_failure[0]) snprintf(first_failure, sizeof first_failure, "%s", ferry__error_text());
+      device_teardown(cd);
+      continue;
+    }
+    st = ferry__device_add(probe, &desc);
+    if (st != FERRY_OK) {
+      device_teardown(cd);
+      return st;
+    }
+    added++;
+  }
+  if (added == 0) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "no CUDA device could be used: %s", first_failure);
+  return FERRY_OK;
+}
+
+static void cuda_unload(void) { unload_library(); }
+
+const ferry_backend ferry_backend_cuda = {.name = "cuda", .probe = cuda_probe, .unload = cuda_unload};

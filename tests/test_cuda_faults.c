@@ -1,0 +1,491 @@
+/*
+ * cuda_faults: the cuda backend when the driver says no, on the fake driver
+ * (tests/fake_cuda), which can fail any call on purpose.
+ *
+ * Every failure must come back as a status and a sentence that names the call,
+ * the CUresult by name and number, the sizes and the device; out of memory with
+ * the bytes asked and the device's free memory; a refused registration with its
+ * reason; a failed call must leave nothing allocated or registered. Also: the
+ * staging-pipeline operations (write_async, read_async, wait_slot), the pinned
+ * check, peer copies and their fallback, and, at the end, that ferry left
+ * nothing behind in the driver.
+ *
+ * Skips (exit 77) on a real driver: it cannot be made to fail on purpose.
+ */
+#if !defined(_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
+#include "backends/cuda/cuda_api.h"
+#include "core/backend.h"
+#include "fake_cuda/fake_cuda.h"
+#include "harness.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static fake_cuda_inject_fn inject;
+static void (*counts_get)(fake_cuda_counts *);
+static fake_cuda_make_sticky_fn make_sticky;
+static const ferry_cuda_api *api;
+static ferry_device *dev0, *dev1;
+
+static fake_cuda_counts counts(void) {
+  fake_cuda_counts c;
+  counts_get(&c);
+  return c;
+}
+
+static void section(const char *name) {
+  harness_context = name;
+  printf("  %s\n", name);
+}
+
+/* The cuda devices of a fresh session. */
+static bool start(void) {
+  if (ferry_init() != FERRY_OK) return false;
+  dev0 = dev1 = NULL;
+  for (size_t i = 0; i < ferry_backend_count(); i++) {
+    ferry_backend_info b;
+    if (ferry_backend_get(i, &b) == FERRY_OK && strcmp(b.name, "cuda") == 0 && b.device_count > 0) {
+      ferry_device_get(b.first_device, &dev0);
+      if (b.device_count > 1) ferry_device_get(b.first_device + 1, &dev1);
+    }
+  }
+  api = ferry__cuda_api();
+  return dev0 && api;
+}
+
+static cu_context ctx_of(ferry_device *dev) {
+  ferry_native nat;
+  ferry_device_native(dev, &nat);
+  return (cu_context)nat.context;
+}
+
+/* ---- device info -------------------------------------------------------------------- */
+
+static void device_facts(void) {
+  section("device info and native handles");
+  ferry_device_info info;
+  CHECK_OK(ferry_device_info_get(dev0, &info));
+  CHECK(strcmp(info.name, "Fake CUDA GPU 0 (sm_90)") == 0);
+  CHECK(strcmp(info.backend, "cuda") == 0);
+  CHECK(info.total_memory == (1ull << 30) && info.max_allocation == info.total_memory);
+  CHECK(!info.is_cpu && !info.zero_copy && info.host_ptr);
+  CHECK(info.host_ptr_alignment == (size_t)sysconf(_SC_PAGESIZE));
+  ferry_native nat;
+  CHECK_OK(ferry_device_native(dev0, &nat));
+  cu_device d = -1;
+  CHECK(api->cuDeviceGet(&d, 0) == FCU_SUCCESS);
+  CHECK(nat.device == (uintptr_t)d);
+  cu_context primary = NULL;
+  CHECK(api->cuDevicePrimaryCtxRetain(&primary, d) == FCU_SUCCESS);
+  CHECK(nat.context == (uintptr_t)primary);
+  CHECK(api->cuDevicePrimaryCtxRelease(d) == FCU_SUCCESS);
+  CHECK(nat.queue == 0 && nat.queue_family == 0);
+  /* free_memory is the driver's. */
+  size_t free_bytes = 0, total = 0;
+  CHECK(api->cuCtxPushCurrent(primary) == FCU_SUCCESS);
+  CHECK(api->cuMemGetInfo(&free_bytes, &total) == FCU_SUCCESS);
+  cu_context popped;
+  CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  CHECK(dev0->ops->free_memory(dev0) == free_bytes);
+}
+
+/* ---- device memory -------------------------------------------------------------------- */
+
+static void device_memory(void) {
+  section("allocations: SYNC_MEMOPS, out of memory, driver errors");
+  CHECK_OK(ferry_device_trim(dev0));
+  fake_cuda_counts before = counts();
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, 12345, FERRY_UINT8, &b));
+  CHECK(counts().sync_memops_set == before.sync_memops_set + 1);
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_device_trim(dev0));
+
+  /* Out of memory, for real: 1 GiB, two buffers of 400 MiB fit, a third does not. */
+  ferry_buffer x = FERRY_NULL_BUFFER, y = FERRY_NULL_BUFFER, z = FERRY_NULL_BUFFER;
+  size_t big = (size_t)400 << 20;
+  CHECK_OK(ferry_alloc(dev0, big, FERRY_UINT8, &x));
+  CHECK_OK(ferry_alloc(dev0, big, FERRY_UINT8, &y));
+  before = counts();
+  CHECK_STATUS(ferry_alloc(dev0, big, FERRY_UINT8, &z), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK_ERROR_HAS("ferry_alloc");
+  CHECK_ERROR_HAS("cuMemAlloc_v2");
+  CHECK_ERROR_HAS("CUDA_ERROR_OUT_OF_MEMORY (2)");
+  CHECK_ERROR_HAS("419430400"); /* the bytes asked */
+  CHECK_ERROR_HAS("free of 1 GiB");
+  CHECK_ERROR_HAS("Fake CUDA GPU 0 (sm_90)");
+  CHECK(counts().device_allocations == before.device_allocations);
+  CHECK_OK(ferry_free(x));
+  CHECK_OK(ferry_free(y));
+  CHECK_OK(ferry_device_trim(dev0));
+
+  /* Injected: out of memory on every try. */
+  before = counts();
+  CHECK(inject("cuMemAlloc_v2", FCU_ERROR_OUT_OF_MEMORY, 0, 10) == 0);
+  CHECK_STATUS(ferry_alloc(dev0, 1000, FERRY_FLOAT32, &z), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK_ERROR_HAS("free of");
+  inject(NULL, 0, 0, 0);
+  /* Other failures are FERRY_ERROR_BACKEND with the code. */
+  CHECK(inject("cuMemAlloc_v2", FCU_ERROR_UNKNOWN, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc(dev0, 1000, FERRY_FLOAT32, &z), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("CUDA_ERROR_UNKNOWN (999)");
+  CHECK(inject("cuMemAlloc_v2", 12345, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc(dev0, 1000, FERRY_FLOAT32, &z), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("CUresult 12345");
+  CHECK(z.id == 0);
+  CHECK(counts().device_allocations == before.device_allocations);
+  inject(NULL, 0, 0, 0);
+}
+
+/* ---- transfers ---------------------------------------------------------------------------- */
+
+static void transfer_errors(void) {
+  section("transfer errors name the call, the code and the sizes");
+  unsigned char h[4096];
+  fill_pattern(h, sizeof h, 5);
+  ferry_buffer b = FERRY_NULL_BUFFER, c = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, sizeof h, FERRY_UINT8, &b));
+  CHECK_OK(ferry_alloc(dev0, sizeof h, FERRY_UINT8, &c));
+  CHECK(inject("cuMemcpyHtoD_v2", FCU_ERROR_ILLEGAL_ADDRESS, 0, 1) == 0);
+  CHECK_STATUS(ferry_write(b, 100, h, 64), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("ferry_write");
+  CHECK_ERROR_HAS("cuMemcpyHtoD_v2 of 64 bytes");
+  CHECK_ERROR_HAS("offset 100");
+  CHECK_ERROR_HAS("CUDA_ERROR_ILLEGAL_ADDRESS (700)");
+  CHECK_ERROR_HAS("sticky");
+  CHECK_ERROR_HAS("device 0 (cuda: Fake CUDA GPU 0 (sm_90))");
+  CHECK(inject("cuMemcpyDtoH_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK_STATUS(ferry_read(b, 0, h, sizeof h), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuMemcpyDtoH_v2 of 4096 bytes");
+  CHECK_ERROR_HAS("CUDA_ERROR_INVALID_VALUE (1)");
+  CHECK(inject("cuStreamSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
+  CHECK_STATUS(ferry_copy(b, 0, c, 0, 1000), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("after cuMemcpyDtoD_v2");
+  CHECK_ERROR_HAS("CUDA_ERROR_LAUNCH_FAILED (719)");
+  /* The same calls work again. */
+  CHECK_OK(ferry_write(b, 0, h, sizeof h));
+  CHECK_OK(ferry_copy(b, 0, c, 0, sizeof h));
+  unsigned char back[4096];
+  CHECK_OK(ferry_read(c, 0, back, sizeof back));
+  CHECK(memcmp(h, back, sizeof h) == 0);
+
+  /* A sticky error (a kernel faulted): every call says so. */
+  CHECK(make_sticky(0, FCU_ERROR_ILLEGAL_ADDRESS) == 0);
+  CHECK_STATUS(ferry_write(b, 0, h, 8), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("sticky");
+  CHECK_STATUS(ferry_device_synchronize(dev0), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuCtxSynchronize");
+  CHECK_ERROR_HAS("compute-sanitizer");
+  ferry_buffer d = FERRY_NULL_BUFFER;
+  CHECK_STATUS(ferry_alloc(dev0, 1 << 20, FERRY_UINT8, &d), FERRY_ERROR_BACKEND);
+  CHECK(make_sticky(0, 0) == 0); /* the fake can recover; a GPU cannot */
+  CHECK_OK(ferry_device_synchronize(dev0));
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_free(c));
+}
+
+/* An operation from a thread with no current context. */
+static void *fresh_thread_write(void *arg) {
+  ferry_buffer *b = arg;
+  int word = 7;
+  static char message[1024];
+  ferry_status st = ferry_write(*b, 0, &word, sizeof word);
+  snprintf(message, sizeof message, "%s", ferry_last_error());
+  return st == FERRY_ERROR_BACKEND && strstr(message, "cuCtxSetCurrent") ? (void *)1 : NULL;
+}
+
+static void context_errors(void) {
+  section("making the context current fails");
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, 64, FERRY_UINT8, &b));
+  CHECK(inject("cuCtxSetCurrent", FCU_ERROR_INVALID_CONTEXT, 0, 1) == 0);
+  pthread_t t;
+  void *ok = NULL;
+  CHECK(pthread_create(&t, NULL, fresh_thread_write, &b) == 0);
+  pthread_join(t, &ok);
+  CHECK_MSG(ok != NULL, "a write from a fresh thread with cuCtxSetCurrent failing did not report it");
+  inject(NULL, 0, 0, 0);
+  if (dev1) {
+    /* Another context current: pushed and popped, and it stays current. */
+    cu_context other = ctx_of(dev1);
+    CHECK(api->cuCtxPushCurrent(other) == FCU_SUCCESS);
+    CHECK(inject("cuCtxPushCurrent_v2", FCU_ERROR_INVALID_CONTEXT, 0, 1) == 0);
+    int word = 1;
+    CHECK_STATUS(ferry_write(b, 0, &word, sizeof word), FERRY_ERROR_BACKEND);
+    CHECK_ERROR_HAS("cuCtxPushCurrent_v2");
+    CHECK_OK(ferry_write(b, 0, &word, sizeof word));
+    cu_context now = NULL;
+    CHECK(api->cuCtxGetCurrent(&now) == FCU_SUCCESS && now == other);
+    cu_context popped;
+    CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  }
+  CHECK_OK(ferry_free(b));
+}
+
+/* ---- host-pointer buffers --------------------------------------------------------------------- */
+
+static void host_ptr_refusals(void) {
+  section("host-pointer buffers: refusals and unregistering");
+  size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = page * 4;
+  unsigned char *array = harness_aligned(page, bytes);
+  fill_pattern(array, bytes, 9);
+  ferry_array a = ferry_array_of(array, bytes, FERRY_UINT8);
+  ferry_buffer h = FERRY_NULL_BUFFER;
+  ferry_refusal why = FERRY_REFUSAL_NONE;
+  fake_cuda_counts before = counts();
+
+  CHECK(inject("cuMemHostRegister_v2", FCU_ERROR_HOST_MEMORY_ALREADY_REGISTERED, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev0, a, &h, &why), FERRY_ERROR_REFUSED);
+  CHECK(why == FERRY_REFUSAL_OVERLAP);
+  CHECK_ERROR_HAS("CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED (712)");
+  CHECK_ERROR_HAS("already registered with CUDA");
+  CHECK(inject("cuMemHostRegister_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev0, a, &h, &why), FERRY_ERROR_REFUSED);
+  CHECK(why == FERRY_REFUSAL_DRIVER);
+  CHECK_ERROR_HAS("cuMemHostRegister_v2");
+  CHECK_ERROR_HAS("CUDA_ERROR_INVALID_VALUE (1)");
+  CHECK(inject("cuMemHostRegister_v2", FCU_ERROR_OUT_OF_MEMORY, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev0, a, &h, &why), FERRY_ERROR_REFUSED);
+  CHECK(why == FERRY_REFUSAL_DRIVER);
+  CHECK(inject("cuMemHostGetDevicePointer_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev0, a, &h, &why), FERRY_ERROR_REFUSED);
+  CHECK(why == FERRY_REFUSAL_DRIVER);
+  CHECK_ERROR_HAS("cuMemHostGetDevicePointer_v2");
+  CHECK(counts().registered_ranges == before.registered_ranges); /* unregistered again */
+
+  /* Memory the program registered itself: the driver refuses, ferry says overlap. */
+  cu_context ctx = ctx_of(dev0);
+  cu_context popped;
+  CHECK(api->cuCtxPushCurrent(ctx) == FCU_SUCCESS);
+  CHECK(api->cuMemHostRegister(array + page, page, 0) == FCU_SUCCESS);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev0, a, &h, &why), FERRY_ERROR_REFUSED);
+  CHECK(why == FERRY_REFUSAL_OVERLAP);
+  CHECK_ERROR_HAS("by the program itself or by another library");
+  CHECK(api->cuMemHostUnregister(array + page) == FCU_SUCCESS);
+  CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  CHECK(h.id == 0);
+
+  /* Free always unregisters; a failing unregister is reported. */
+  before = counts();
+  CHECK_OK(ferry_alloc_host_ptr(dev0, a, &h, &why));
+  CHECK(counts().registered_ranges == before.registered_ranges + 1);
+  CHECK_OK(ferry_free(h));
+  CHECK(counts().registered_ranges == before.registered_ranges);
+  CHECK(counts().unregisters == before.unregisters + 1);
+  CHECK_OK(ferry_alloc_host_ptr(dev0, a, &h, &why));
+  CHECK(inject("cuMemHostUnregister", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK_STATUS(ferry_free(h), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("released, but");
+  CHECK_ERROR_HAS("cuMemHostUnregister");
+  CHECK(api->cuCtxPushCurrent(ctx) == FCU_SUCCESS); /* tidy up what the fault left */
+  CHECK(api->cuMemHostUnregister(array) == FCU_SUCCESS);
+  CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  CHECK(find_pattern_mismatch(array, bytes, 9) == SIZE_MAX);
+  free(array);
+}
+
+/* ---- the staging pipeline's operations ------------------------------------------------------------- */
+
+static void pipeline_ops(void) {
+  section("write_async, read_async, wait_slot, host_is_pinned");
+  const ferry_device_ops *ops = dev0->ops;
+  CHECK(ops->write_async && ops->read_async && ops->wait_slot && ops->host_is_pinned);
+  if (!ops->write_async) return;
+  size_t slot_bytes = 1 << 16, total = slot_bytes * FERRY_STAGE_SLOTS * 3;
+  ferry_mem mem;
+  CHECK_OK(ops->alloc(dev0, total, &mem));
+  unsigned char *slots[FERRY_STAGE_SLOTS], *model = malloc(total), *back = malloc(total);
+  fill_pattern(model, total, 77);
+  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
+    CHECK_OK(ferry_host_alloc(dev0, slot_bytes, (void **)&slots[s]));
+  /* Three rounds over the slots, each slot waited for before it is refilled. */
+  for (size_t off = 0, i = 0; off < total; off += slot_bytes, i++) {
+    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
+    CHECK_OK(ops->wait_slot(dev0, s));
+    memcpy(slots[s], model + off, slot_bytes);
+    CHECK_OK(ops->write_async(dev0, &mem, off, slots[s], slot_bytes, s));
+  }
+  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
+    CHECK_OK(ops->wait_slot(dev0, s));
+  CHECK_OK(ops->read(dev0, &mem, 0, back, total));
+  CHECK(memcmp(model, back, total) == 0);
+  /* And back out. */
+  memset(back, 0, total);
+  for (size_t off = 0, i = 0; off < total; off += slot_bytes, i++) {
+    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
+    if (i >= FERRY_STAGE_SLOTS) {
+      CHECK_OK(ops->wait_slot(dev0, s));
+      memcpy(back + off - FERRY_STAGE_SLOTS * slot_bytes, slots[s], slot_bytes);
+    }
+    CHECK_OK(ops->read_async(dev0, &mem, off, slots[s], slot_bytes, s));
+  }
+  for (size_t i = total / slot_bytes - FERRY_STAGE_SLOTS; i < total / slot_bytes; i++) {
+    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
+    CHECK_OK(ops->wait_slot(dev0, s));
+    memcpy(back + i * slot_bytes, slots[s], slot_bytes);
+  }
+  CHECK(memcmp(model, back, total) == 0);
+  CHECK_STATUS(ops->wait_slot(dev0, FERRY_STAGE_SLOTS), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(inject("cuMemcpyHtoDAsync_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK_STATUS(ops->write_async(dev0, &mem, 0, slots[2], 100, 2), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuMemcpyHtoDAsync_v2 of 100 bytes from staging slot 2");
+  CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
+  CHECK_STATUS(ops->wait_slot(dev0, 1), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuEventSynchronize (staging slot 1)");
+
+  /* Pinned or not. */
+  CHECK(!ops->host_is_pinned(dev0, model, total));
+  CHECK(ops->host_is_pinned(dev0, slots[0], slot_bytes));
+  CHECK(ops->host_is_pinned(dev0, slots[0] + 10, slot_bytes - 10));
+  CHECK(!ops->host_is_pinned(dev0, slots[0] + 10, slot_bytes));
+  CHECK(!ops->host_is_pinned(dev0, slots[0], 0));
+  cu_context ctx = ctx_of(dev0), popped;
+  void *raw = NULL;
+  CHECK(api->cuCtxPushCurrent(ctx) == FCU_SUCCESS);
+  CHECK(api->cuMemAllocHost(&raw, 10000) == FCU_SUCCESS);
+  CHECK(ops->host_is_pinned(dev0, raw, 10000));
+  CHECK(api->cuMemFreeHost(raw) == FCU_SUCCESS);
+  CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
+    CHECK_OK(ferry_host_free(slots[s]));
+  CHECK_OK(ops->free(dev0, &mem));
+  free(model);
+  free(back);
+}
+
+/* ---- peer copies ----------------------------------------------------------------------------------- */
+
+static void cross_copy(size_t n, uint32_t seed) {
+  unsigned char *h = malloc(n), *back = malloc(n);
+  fill_pattern(h, n, seed);
+  ferry_buffer a = FERRY_NULL_BUFFER, b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, n, FERRY_UINT8, &a));
+  CHECK_OK(ferry_alloc(dev1, n, FERRY_UINT8, &b));
+  CHECK_OK(ferry_host_ptr_to_device(h, n, a));
+  CHECK_OK(ferry_device_to_device(a, b));
+  CHECK_OK(ferry_device_to_host_ptr(b, back, n));
+  CHECK(memcmp(h, back, n) == 0);
+  CHECK_OK(ferry_free(a));
+  CHECK_OK(ferry_free(b));
+  free(h);
+  free(back);
+}
+
+static void peer_copies(void) {
+  if (!dev1) return;
+  section("peer copies, and staging when peer access cannot be enabled");
+  /* Enabling fails: the pair is staged by the core, correctly. */
+  long peer_before = counts().peer_copies;
+  CHECK(inject("cuCtxEnablePeerAccess", FCU_ERROR_TOO_MANY_PEERS, 0, 1) == 0);
+  cross_copy(100000, 1);
+  CHECK(counts().peer_copies == peer_before);
+  inject(NULL, 0, 0, 0);
+  ferry_shutdown();
+  CHECK(start());
+  /* The program enabled one direction itself: ferry copes. */
+  cu_context popped;
+  CHECK(api->cuCtxPushCurrent(ctx_of(dev1)) == FCU_SUCCESS);
+  CHECK(api->cuCtxEnablePeerAccess(ctx_of(dev0), 0) == FCU_SUCCESS);
+  CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
+  peer_before = counts().peer_copies;
+  cross_copy(100000, 2);
+  cross_copy(3, 3);
+  CHECK(counts().peer_copies == peer_before + 2);
+  CHECK(inject("cuMemcpyPeer", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  ferry_buffer a = FERRY_NULL_BUFFER, b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, 4096, FERRY_UINT8, &a));
+  CHECK_OK(ferry_alloc(dev1, 4096, FERRY_UINT8, &b));
+  CHECK_STATUS(ferry_device_to_device(a, b), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuMemcpyPeer of 4096 bytes from device 0 (cuda: Fake CUDA GPU 0 (sm_90))");
+  CHECK_ERROR_HAS("to device 1 (cuda: Fake CUDA GPU 1 (sm_90))");
+  CHECK_OK(ferry_free(a));
+  CHECK_OK(ferry_free(b));
+  /* FERRY_CUDA_PEER=0: always staged. */
+  ferry_shutdown();
+  setenv("FERRY_CUDA_PEER", "0", 1);
+  CHECK(start());
+  peer_before = counts().peer_copies;
+  cross_copy(100000, 4);
+  CHECK(counts().peer_copies == peer_before);
+  unsetenv("FERRY_CUDA_PEER");
+}
+
+/* ---- pinned blocks the driver does not page-align ------------------------------------------------- */
+
+static void misaligned_pinned(void) {
+  section("ferry_host_alloc when the driver's blocks are not page-aligned");
+  ferry_shutdown();
+  setenv("FAKE_CUDA_HOST_MISALIGN", "1", 1);
+  CHECK(start());
+  long blocks = counts().pinned_blocks;
+  void *p = NULL, *q = NULL;
+  CHECK_OK(ferry_host_alloc(dev0, 10000, &p));
+  CHECK_OK(ferry_host_alloc(dev0, 1, &q));
+  CHECK(((uintptr_t)p % 4096) == 0 && ((uintptr_t)q % 4096) == 0);
+  CHECK(counts().pinned_blocks == blocks + 2);
+  fill_pattern(p, 10000, 12);
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, 10000, FERRY_UINT8, &b));
+  CHECK_OK(ferry_write(b, 0, p, 10000));
+  memset(p, 0, 10000);
+  CHECK_OK(ferry_read(b, 0, p, 10000));
+  CHECK(find_pattern_mismatch(p, 10000, 12) == SIZE_MAX);
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_host_free(p));
+  CHECK(counts().pinned_blocks == blocks + 1);
+  /* q is left for ferry_shutdown to release. */
+  ferry_shutdown();
+  unsetenv("FAKE_CUDA_HOST_MISALIGN");
+  CHECK(start());
+}
+
+int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *lib = getenv("FERRY_CUDA_LIBRARY");
+  void *handle = lib && *lib ? dlopen(lib, RTLD_NOW) : NULL;
+  if (handle) {
+    *(void **)&inject = dlsym(handle, "fake_cuda_inject");
+    *(void **)&counts_get = dlsym(handle, "fake_cuda_counts_get");
+    *(void **)&make_sticky = dlsym(handle, "fake_cuda_make_sticky");
+  }
+  if (!inject || !counts_get || !make_sticky) {
+    printf(
+        "SKIP cuda_faults: needs the fake CUDA driver (FERRY_CUDA_LIBRARY=<build>/tests/fake_cuda/lib/libcuda.so.1): "
+        "a real driver cannot be made to fail on purpose\n");
+    if (handle) dlclose(handle);
+    return HARNESS_SKIP;
+  }
+  /* The mode that marks allocations with SYNC_MEMOPS (device_memory checks the mark). */
+  setenv("FERRY_CUDA_H2D", "memops", 1);
+  if (!start()) {
+    fprintf(stderr, "FAIL: the fake driver is loaded but ferry has no cuda device: %s\n", ferry_last_error());
+    return 1;
+  }
+  printf("cuda_faults on the fake driver, %s\n", dev1 ? "two devices" : "one device");
+  device_facts();
+  device_memory();
+  transfer_errors();
+  context_errors();
+  host_ptr_refusals();
+  pipeline_ops();
+  peer_copies();
+  misaligned_pinned();
+  harness_context = "";
+  ferry_shutdown();
+  /* Nothing left behind in the driver, and no misuse of its API. */
+  fake_cuda_counts end = counts();
+  CHECK_MSG(end.device_allocations == 0 && end.pinned_blocks == 0 && end.registered_ranges == 0 && end.streams == 0 &&
+                end.events == 0 && end.modules == 0 && end.contexts_retained == 0,
+            "left in the driver after ferry_shutdown: %ld allocations, %ld pinned blocks, %ld registrations, %ld "
+            "streams, %ld events, %ld modules, %ld contexts",
+            end.device_allocations, end.pinned_blocks, end.registered_ranges, end.streams, end.events, end.modules,
+            end.contexts_retained);
+  CHECK_MSG(end.misuse == 0, "%ld calls misused the driver API (run with FAKE_CUDA_STRICT=1 to see them)", end.misuse);
+  dlclose(handle);
+  return harness_finish("cuda_faults");
+}
