@@ -1,9 +1,860 @@
-/* opencl: placeholder until the backend lands; reports itself absent. */
-#include "../../core/backend.h"
+/*
+ * opencl: every device of every OpenCL platform, through the ICD loader
+ * (libOpenCL.so.1) loaded at run time.
+ *
+ * Each device gets its own context and one in-order command queue; every ferry
+ * operation is a command on that queue that ferry waits for (its event), so it
+ * is complete when it returns, for every queue. OpenCL 1.1+ makes these calls
+ * thread-safe; the state ferry adds (host-pointer buffers, pinned blocks) is
+ * guarded by mutexes.
+ *
+ * Buffers: clCreateBuffer, then a 1-byte write, because drivers (NVIDIA's among
+ * them) reserve the memory only on first use and would report an out-of-memory
+ * at the first transfer instead of at ferry_alloc.
+ *
+ * Host-pointer buffers: CL_MEM_USE_HOST_PTR over the user's array. The array is
+ * either the host's (mapped) or the device's (unmapped). ferry_host_to_device
+ * from the array unmaps, ferry_device_to_host to it maps (blocking): they move
+ * nothing themselves (PoCL's mapped pointer is the array, no copy at all; a GPU
+ * driver copies between the array and its device copy as the spec lets it).
+ * Every other operation is correct in either state: while mapped, the array is
+ * the buffer's content and ferry reads and writes it directly; while unmapped,
+ * the driver's commands move the bytes (clEnqueueCopyBuffer never sees a mapped
+ * buffer, which the spec leaves undefined).
+ *
+ * Devices with memory of their own (GPUs) get pinned host memory (mapped
+ * CL_MEM_ALLOC_HOST_PTR buffers) for ferry_host_alloc and the core's staging
+ * slots, and the pipelined-transfer operations (non-blocking commands, one event
+ * per slot): large transfers from ordinary memory then run at pinned speed.
+ *
+ * Copies between devices of this backend go through host memory (the core
+ * stages them): each device has a context of its own.
+ *
+ * Docs: docs/backends/opencl.md.
+ */
+/* sigaltstack (XSI), beside the POSIX.1-2008 interfaces the build asks for. */
+#define _XOPEN_SOURCE 700
 
-static ferry_status opencl_probe(ferry_probe *probe) {
-  (void)probe;
-  return ferry__fail(FERRY_ERROR_UNSUPPORTED, "the opencl backend is not built yet");
+#include "../../core/backend.h"
+#include "opencl_api.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PINNED_ALIGN 4096
+
+/* ---- backend-wide state -------------------------------------------------- */
+
+static struct {
+  ferry_cl_api api;
+  void *handle;
+  _Atomic bool loaded;
+} cl;
+
+#define API (&cl.api)
+
+const ferry_cl_api *ferry__opencl_api(void) {
+  if (ferry_init() != FERRY_OK) return NULL;
+  return atomic_load(&cl.loaded) ? &cl.api : NULL;
 }
 
-const ferry_backend ferry_backend_opencl = {.name = "opencl", .probe = opencl_probe};
+/* ---- per-device and per-buffer state ------------------------------------- */
+
+/* A block from ferry_host_alloc backed by a mapped CL_MEM_ALLOC_HOST_PTR buffer. */
+typedef struct pinned_block {
+  struct pinned_block *next;
+  void *user;   /* what the caller got: mapped, rounded up to PINNED_ALIGN */
+  void *mapped; /* what clEnqueueMapBuffer returned */
+  cl_mem mem;
+} pinned_block;
+
+typedef struct cl_device {
+  cl_platform_id platform;
+  cl_device_id id;
+  cl_context context;
+  cl_command_queue queue;
+  bool is_cpu;
+  bool amd_free_memory; /* cl_amd_device_attribute_query: free memory can be asked */
+  bool pinned;          /* host_alloc gives mapped CL_MEM_ALLOC_HOST_PTR memory; pipelined transfers offered */
+  /* The transfer last started on each staging slot (the core runs one pipelined
+   * transfer per device at a time), and what it was, for messages. */
+  struct {
+    cl_event event;
+    size_t bytes, offset;
+    bool write;
+  } slot[FERRY_STAGE_SLOTS];
+  uint64_t total_memory, max_allocation;
+  pthread_mutex_t blocks_lock;
+  pinned_block *blocks;
+  char name[256];
+} cl_device;
+
+/* A host-pointer buffer: the user's array and who holds it. */
+typedef struct host_buf {
+  pthread_mutex_t lock;
+  char *host;
+  size_t bytes;
+  bool mapped; /* true: the host owns the array (mapped); false: the device does */
+} host_buf;
+
+static cl_device *device_of(const ferry_device *dev) { return dev->impl; }
+static cl_mem mem_of(const ferry_mem *m) { return (cl_mem)m->handle; }
+
+/* ---- errors -------------------------------------------------------------- */
+
+static bool is_out_of_memory(cl_int err, bool allocating) {
+  return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_HOST_MEMORY ||
+         (allocating && err == CL_OUT_OF_RESOURCES);
+}
+
+static uint64_t cl_free_memory(ferry_device *dev);
+
+/* Sets the sentence "CL_X (-n) from clCall, <details> on <device label>" and
+ * returns the status the code maps to: FERRY_ERROR_OUT_OF_MEMORY for the
+ * allocation failures (CL_OUT_OF_RESOURCES too when `allocating`), else
+ * FERRY_ERROR_BACKEND. */
+static ferry_status cl_failed(ferry_device *dev, cl_int err, const char *call, bool allocating, const char *fmt, ...)
+    FERRY_PRINTF(5, 6);
+
+static ferry_status cl_failed(ferry_device *dev, cl_int err, const char *call, bool allocating, const char *fmt, ...) {
+  char details[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(details, sizeof details, fmt, ap);
+  va_end(ap);
+  ferry_status st = is_out_of_memory(err, allocating) ? FERRY_ERROR_OUT_OF_MEMORY : FERRY_ERROR_BACKEND;
+  char memory[192] = "";
+  if (st == FERRY_ERROR_OUT_OF_MEMORY) {
+    char a[64], b[64];
+    uint64_t free_bytes = cl_free_memory(dev);
+    if (free_bytes)
+      snprintf(memory, sizeof memory, " (%s free of %s)", ferry__bytes_text(free_bytes, a),
+               ferry__bytes_text(device_of(dev)->total_memory, b));
+    else
+      snprintf(memory, sizeof memory, " (the device has %s in all; OpenCL does not say how much is free)",
+               ferry__bytes_text(device_of(dev)->total_memory, a));
+  }
+  return ferry__fail(st, "%s (%d) from %s, %s on %s%s", ferry__opencl_error_name(err), (int)err, call, details,
+                     dev->label, memory);
+}
+
+/* Waits for an event and releases it; the command's failure, if any. */
+static cl_int wait_event(cl_event ev) {
+  cl_int err = API->clWaitForEvents(1, &ev);
+  if (err != CL_SUCCESS) {
+    cl_int status = 0;
+    if (API->clGetEventInfo(ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) == CL_SUCCESS &&
+        status < 0)
+      err = status; /* the command's own error code says more */
+  }
+  API->clReleaseEvent(ev);
+  return err;
+}
+
+/* ---- host memory helpers ------------------------------------------------- */
+
+static bool ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + bn && y < x + an;
+}
+
+/* memmove semantics, in parallel when the ranges are apart and large. */
+static void host_move(void *dst, const void *src, size_t n) {
+  if (dst == src) return;
+  if (ranges_overlap(dst, n, src, n))
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+/* A blocking write returns once the source was copied out, which on NVIDIA's
+ * driver is before the bytes are on the device: ferry waits for the command
+ * itself, so that a write is complete for every queue when it returns. */
+static ferry_status enqueue_write(ferry_device *dev, cl_mem mem, size_t off, const void *src, size_t n) {
+  cl_event ev = NULL;
+  cl_int err = API->clEnqueueWriteBuffer(device_of(dev)->queue, mem, CL_TRUE, off, n, src, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = wait_event(ev);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clEnqueueWriteBuffer", false, "%zu bytes at offset %zu from host memory at %p", n, off,
+                     src);
+  return FERRY_OK;
+}
+
+static ferry_status enqueue_read(ferry_device *dev, cl_mem mem, size_t off, void *dst, size_t n) {
+  cl_int err = API->clEnqueueReadBuffer(device_of(dev)->queue, mem, CL_TRUE, off, n, dst, 0, NULL, NULL);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clEnqueueReadBuffer", false, "%zu bytes at offset %zu to host memory at %p", n, off,
+                     dst);
+  return FERRY_OK;
+}
+
+static ferry_status enqueue_copy(ferry_device *dev, cl_mem src, size_t so, cl_mem dst, size_t doff, size_t n) {
+  cl_event ev = NULL;
+  cl_int err = API->clEnqueueCopyBuffer(device_of(dev)->queue, src, dst, so, doff, n, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = wait_event(ev);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clEnqueueCopyBuffer", false, "%zu bytes from offset %zu to offset %zu", n, so, doff);
+  return FERRY_OK;
+}
+
+/* A write whose source lies in the destination's own (unmapped) array: through a
+ * copy of the source, so that the driver never copies between overlapping
+ * ranges (PoCL's device memory for the buffer is the array itself). */
+static ferry_status write_bounced(ferry_device *dev, cl_mem mem, size_t off, const void *src, size_t n) {
+  char *bounce = malloc(n);
+  if (!bounce) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s bounce buffer on %s",
+                       ferry__bytes_text(n, text), dev->label);
+  }
+  memcpy(bounce, src, n);
+  ferry_status st = enqueue_write(dev, mem, off, bounce, n);
+  free(bounce);
+  return st;
+}
+
+/* A read into the source's own (unmapped) array: through a bounce buffer. */
+static ferry_status read_bounced(ferry_device *dev, cl_mem mem, size_t off, void *dst, size_t n) {
+  char *bounce = malloc(n);
+  if (!bounce) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s bounce buffer on %s",
+                       ferry__bytes_text(n, text), dev->label);
+  }
+  ferry_status st = enqueue_read(dev, mem, off, bounce, n);
+  if (st == FERRY_OK) memmove(dst, bounce, n);
+  free(bounce);
+  return st;
+}
+
+/* Maps the whole host-pointer buffer for the host (blocking); the driver must
+ * hand back the array itself. */
+static ferry_status map_array(ferry_device *dev, cl_mem mem, host_buf *hb) {
+  cl_int err = CL_SUCCESS;
+  void *p = API->clEnqueueMapBuffer(device_of(dev)->queue, mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, hb->bytes, 0,
+                                    NULL, NULL, &err);
+  if (err != CL_SUCCESS || !p)
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MAP_FAILURE, "clEnqueueMapBuffer", false,
+                     "mapping the %zu-byte array at %p for the host", hb->bytes, (void *)hb->host);
+  if (p != hb->host) {
+    cl_event ev = NULL;
+    if (API->clEnqueueUnmapMemObject(device_of(dev)->queue, mem, p, 0, NULL, &ev) == CL_SUCCESS) wait_event(ev);
+    return ferry__fail(FERRY_ERROR_BACKEND,
+                       "clEnqueueMapBuffer mapped the CL_MEM_USE_HOST_PTR buffer over the array at %p at %p instead, "
+                       "on %s: the driver does not use the array",
+                       (void *)hb->host, p, dev->label);
+  }
+  hb->mapped = true;
+  return FERRY_OK;
+}
+
+/* Unmaps the array: the device owns it again once the unmap completed. */
+static ferry_status unmap_array(ferry_device *dev, cl_mem mem, host_buf *hb) {
+  cl_event ev = NULL;
+  cl_int err = API->clEnqueueUnmapMemObject(device_of(dev)->queue, mem, hb->host, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = wait_event(ev);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clEnqueueUnmapMemObject", false, "handing the %zu-byte array at %p to the device",
+                     hb->bytes, (void *)hb->host);
+  hb->mapped = false;
+  return FERRY_OK;
+}
+
+/* Locks the host-pointer state of one or two buffers, in address order. */
+static void lock_pair(host_buf *a, host_buf *b) {
+  if (a && b && a != b) {
+    host_buf *first = (uintptr_t)a < (uintptr_t)b ? a : b, *second = first == a ? b : a;
+    pthread_mutex_lock(&first->lock);
+    pthread_mutex_lock(&second->lock);
+  } else if (a || b) {
+    pthread_mutex_lock(&(a ? a : b)->lock);
+  }
+}
+
+static void unlock_pair(host_buf *a, host_buf *b) {
+  if (a) pthread_mutex_unlock(&a->lock);
+  if (b && b != a) pthread_mutex_unlock(&b->lock);
+}
+
+/* ---- operations ---------------------------------------------------------- */
+
+static ferry_status cl_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
+  cl_device *cd = device_of(dev);
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
+  if (err != CL_SUCCESS || !mem) {
+    if (mem) API->clReleaseMemObject(mem);
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE, "clCreateBuffer", true,
+                     "%zu bytes", bytes);
+  }
+  /* Make the driver back the buffer now, so that out-of-memory shows here. */
+  static const unsigned char zero = 0;
+  cl_event ev = NULL;
+  err = API->clEnqueueWriteBuffer(cd->queue, mem, CL_TRUE, 0, 1, &zero, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = wait_event(ev);
+  if (err != CL_SUCCESS) {
+    API->clReleaseMemObject(mem);
+    return cl_failed(dev, err, "clEnqueueWriteBuffer", true, "the first write to a new buffer of %zu bytes", bytes);
+  }
+  *out = (ferry_mem){.handle = (uintptr_t)mem, .bytes = bytes};
+  return FERRY_OK;
+}
+
+static ferry_status cl_free(ferry_device *dev, ferry_mem *mem) {
+  cl_int err = API->clReleaseMemObject(mem_of(mem));
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clReleaseMemObject", false, "releasing a %zu-byte buffer", mem->bytes);
+  return FERRY_OK;
+}
+
+static ferry_status cl_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+  host_buf *hb = dst->impl;
+  if (!hb) return enqueue_write(dev, mem_of(dst), off, src, n);
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&hb->lock);
+  if (hb->mapped)
+    host_move(hb->host + off, src, n); /* the array is the buffer's content */
+  else if (ranges_overlap(src, n, hb->host, hb->bytes))
+    st = write_bounced(dev, mem_of(dst), off, src, n);
+  else
+    st = enqueue_write(dev, mem_of(dst), off, src, n);
+  pthread_mutex_unlock(&hb->lock);
+  return st;
+}
+
+static ferry_status cl_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+  host_buf *hb = src->impl;
+  if (!hb) return enqueue_read(dev, mem_of(src), off, dst, n);
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&hb->lock);
+  if (hb->mapped)
+    host_move(dst, hb->host + off, n);
+  else if (ranges_overlap(dst, n, hb->host, hb->bytes))
+    st = read_bounced(dev, mem_of(src), off, dst, n);
+  else
+    st = enqueue_read(dev, mem_of(src), off, dst, n);
+  pthread_mutex_unlock(&hb->lock);
+  return st;
+}
+
+static ferry_status cl_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
+  host_buf *hs = src->impl, *hd = dst->impl;
+  lock_pair(hs, hd);
+  char *sh = hs && hs->mapped ? hs->host : NULL;
+  char *dh = hd && hd->mapped ? hd->host : NULL;
+  ferry_status st = FERRY_OK;
+  if (sh && dh)
+    host_move(dh + doff, sh + so, n);
+  else if (sh) /* the source's bytes are in its array; the destination is the device's */
+    st = enqueue_write(dev, mem_of(dst), doff, sh + so, n);
+  else if (dh)
+    st = enqueue_read(dev, mem_of(src), so, dh + doff, n);
+  else
+    st = enqueue_copy(dev, mem_of(src), so, mem_of(dst), doff, n);
+  unlock_pair(hs, hd);
+  return st;
+}
+
+static ferry_status cl_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                       ferry_refusal *out_refusal) {
+  cl_device *cd = device_of(dev);
+  *out_refusal = FERRY_REFUSAL_DRIVER;
+  host_buf *hb = calloc(1, sizeof *hb);
+  if (!hb) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a host-pointer buffer on %s", dev->label);
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, host, &err);
+  if (err != CL_SUCCESS || !mem) {
+    if (mem) API->clReleaseMemObject(mem);
+    free(hb);
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                     "clCreateBuffer(CL_MEM_USE_HOST_PTR)", true, "%zu bytes over the array at %p", bytes, host);
+  }
+  hb->host = host;
+  hb->bytes = bytes;
+  hb->mapped = false;
+  /* The host owns the array from the start: map it. */
+  ferry_status st = map_array(dev, mem, hb);
+  if (st != FERRY_OK) {
+    API->clReleaseMemObject(mem);
+    free(hb);
+    return st;
+  }
+  pthread_mutex_init(&hb->lock, NULL);
+  *out = (ferry_mem){.handle = (uintptr_t)mem, .impl = hb, .bytes = bytes, .flags = FERRY_MEM_HOST_PTR};
+  *out_refusal = FERRY_REFUSAL_NONE;
+  return FERRY_OK;
+}
+
+static ferry_status cl_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
+  host_buf *hb = mem->impl;
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&hb->lock);
+  if (dir == FERRY_SYNC_TO_DEVICE && hb->mapped)
+    st = unmap_array(dev, mem_of(mem), hb);
+  else if (dir == FERRY_SYNC_TO_HOST && !hb->mapped)
+    st = map_array(dev, mem_of(mem), hb);
+  pthread_mutex_unlock(&hb->lock);
+  return st;
+}
+
+static ferry_status cl_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
+  host_buf *hb = mem->impl;
+  pthread_mutex_lock(&hb->lock);
+  /* Bring the device's bytes back into the array (map), then unmap: a buffer is
+   * released unmapped, and the array keeps the latest content. */
+  ferry_status st = FERRY_OK;
+  char saved[1024] = "";
+  if (!hb->mapped && (st = map_array(dev, mem_of(mem), hb)) != FERRY_OK)
+    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  if (hb->mapped) {
+    ferry_status unmapped = unmap_array(dev, mem_of(mem), hb);
+    if (st == FERRY_OK && unmapped != FERRY_OK) {
+      st = unmapped;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    }
+  }
+  cl_int err = API->clReleaseMemObject(mem_of(mem));
+  if (st == FERRY_OK && err != CL_SUCCESS) {
+    st = cl_failed(dev, err, "clReleaseMemObject", false, "releasing the %zu-byte buffer over the array at %p",
+                   hb->bytes, (void *)hb->host);
+    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  }
+  pthread_mutex_unlock(&hb->lock);
+  pthread_mutex_destroy(&hb->lock);
+  free(hb);
+  if (st != FERRY_OK) ferry__fail(st, "%s", saved);
+  return st;
+}
+
+/* Pinned host memory: a mapped CL_MEM_ALLOC_HOST_PTR buffer on devices with
+ * memory of their own (NVIDIA's OpenCL pins it, and transfers from it run at
+ * full speed); page-aligned malloc on CPU devices, and where the driver cannot
+ * give such a buffer (larger than its largest allocation, out of memory). */
+static ferry_status cl_host_alloc(ferry_device *dev, size_t bytes, void **out) {
+  cl_device *cd = device_of(dev);
+  size_t rounded = (bytes + PINNED_ALIGN - 1) & ~(size_t)(PINNED_ALIGN - 1);
+  if (rounded < bytes) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s", ferry__bytes_text(bytes, text));
+  }
+  if (cd->pinned && cd->max_allocation > PINNED_ALIGN && rounded <= cd->max_allocation - PINNED_ALIGN) {
+    size_t total = rounded + PINNED_ALIGN;
+    pinned_block *block = malloc(sizeof *block);
+    cl_int err = CL_SUCCESS;
+    cl_mem mem =
+        block ? API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, total, NULL, &err) : NULL;
+    void *mapped = NULL;
+    if (mem && err == CL_SUCCESS)
+      mapped =
+          API->clEnqueueMapBuffer(cd->queue, mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, total, 0, NULL, NULL, &err);
+    if (mapped && err == CL_SUCCESS) {
+      block->mem = mem;
+      block->mapped = mapped;
+      block->user = (void *)(((uintptr_t)mapped + PINNED_ALIGN - 1) & ~(uintptr_t)(PINNED_ALIGN - 1));
+      pthread_mutex_lock(&cd->blocks_lock);
+      block->next = cd->blocks;
+      cd->blocks = block;
+      pthread_mutex_unlock(&cd->blocks_lock);
+      *out = block->user;
+      return FERRY_OK;
+    }
+    if (mem) API->clReleaseMemObject(mem);
+    free(block);
+    /* Fall back to ordinary page-aligned memory: slower to transfer, still correct. */
+  }
+  void *p = NULL;
+  if (posix_memalign(&p, PINNED_ALIGN, rounded) != 0) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s", ferry__bytes_text(bytes, text));
+  }
+  *out = p;
+  return FERRY_OK;
+}
+
+static void cl_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+  (void)bytes;
+  cl_device *cd = device_of(dev);
+  pinned_block *found = NULL;
+  pthread_mutex_lock(&cd->blocks_lock);
+  for (pinned_block **link = &cd->blocks; *link; link = &(*link)->next) {
+    if ((*link)->user == ptr) {
+      found = *link;
+      *link = found->next;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&cd->blocks_lock);
+  if (!found) {
+    free(ptr);
+    return;
+  }
+  cl_event ev = NULL;
+  if (API->clEnqueueUnmapMemObject(cd->queue, found->mem, found->mapped, 0, NULL, &ev) == CL_SUCCESS) wait_event(ev);
+  API->clReleaseMemObject(found->mem);
+  free(found);
+}
+
+/* ---- pipelined transfers (the core's staging slots) ----------------------- */
+
+static ferry_status cl_wait_slot(ferry_device *dev, unsigned slot) {
+  cl_device *cd = device_of(dev);
+  if (slot >= FERRY_STAGE_SLOTS || !cd->slot[slot].event) return FERRY_OK;
+  cl_event ev = cd->slot[slot].event;
+  cd->slot[slot].event = NULL;
+  cl_int err = wait_event(ev);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, cd->slot[slot].write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", false,
+                     "%zu bytes at offset %zu through staging slot %u", cd->slot[slot].bytes, cd->slot[slot].offset,
+                     slot);
+  return FERRY_OK;
+}
+
+/* Starts a transfer between a pinned slot and device memory, without waiting. */
+static ferry_status start_slot(ferry_device *dev, cl_mem mem, size_t off, void *host, size_t n, unsigned slot,
+                               bool write) {
+  cl_device *cd = device_of(dev);
+  if (slot >= FERRY_STAGE_SLOTS)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "staging slot %u on %s: there are %d", slot, dev->label,
+                       FERRY_STAGE_SLOTS);
+  ferry_status st = cl_wait_slot(dev, slot); /* the slot's previous transfer, if the caller has not waited */
+  if (st != FERRY_OK) return st;
+  cl_event ev = NULL;
+  cl_int err = write ? API->clEnqueueWriteBuffer(cd->queue, mem, CL_FALSE, off, n, host, 0, NULL, &ev)
+                     : API->clEnqueueReadBuffer(cd->queue, mem, CL_FALSE, off, n, host, 0, NULL, &ev);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", false,
+                     "%zu bytes at offset %zu through staging slot %u", n, off, slot);
+  cd->slot[slot].event = ev;
+  cd->slot[slot].bytes = n;
+  cd->slot[slot].offset = off;
+  cd->slot[slot].write = write;
+  API->clFlush(cd->queue); /* start it now, not at the next blocking call */
+  return FERRY_OK;
+}
+
+static ferry_status cl_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *pinned_src, size_t n,
+                                   unsigned slot) {
+  if (dst->impl) return cl_write(dev, dst, off, pinned_src, n); /* host-pointer buffers: their state decides */
+  return start_slot(dev, mem_of(dst), off, (void *)(uintptr_t)pinned_src, n, slot, true);
+}
+
+static ferry_status cl_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *pinned_dst, size_t n,
+                                  unsigned slot) {
+  if (src->impl) return cl_read(dev, src, off, pinned_dst, n);
+  return start_slot(dev, mem_of(src), off, pinned_dst, n, slot, false);
+}
+
+static ferry_status cl_synchronize(ferry_device *dev) {
+  cl_int err = API->clFinish(device_of(dev)->queue);
+  if (err != CL_SUCCESS) return cl_failed(dev, err, "clFinish", false, "waiting for the queue");
+  return FERRY_OK;
+}
+
+static ferry_status cl_native(const ferry_device *dev, ferry_native *out) {
+  const cl_device *cd = dev->impl;
+  *out = (ferry_native){
+      .device = (uintptr_t)cd->id, .context = (uintptr_t)cd->context, .queue = (uintptr_t)cd->queue, .queue_family = 0};
+  return FERRY_OK;
+}
+
+static uint64_t cl_free_memory(ferry_device *dev) {
+  cl_device *cd = device_of(dev);
+  if (!cd->amd_free_memory) return 0;
+  size_t kib[2] = {0, 0};
+  size_t got = 0;
+  if (API->clGetDeviceInfo(cd->id, CL_DEVICE_GLOBAL_FREE_MEMORY_AMD, sizeof kib, kib, &got) != CL_SUCCESS ||
+      got < sizeof kib[0])
+    return 0;
+  return (uint64_t)kib[0] * 1024;
+}
+
+static void cl_destroy(ferry_device *dev) {
+  cl_device *cd = device_of(dev);
+  while (cd->blocks) { /* the core frees every block first; this is for safety */
+    pinned_block *b = cd->blocks;
+    cl_host_free(dev, b->user, 0);
+  }
+  for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
+    cl_wait_slot(dev, k);
+  API->clFinish(cd->queue);
+  API->clReleaseCommandQueue(cd->queue);
+  API->clReleaseContext(cd->context);
+  pthread_mutex_destroy(&cd->blocks_lock);
+  free(cd);
+}
+
+static const ferry_device_ops cl_ops = {
+    .alloc = cl_alloc,
+    .free = cl_free,
+    .write = cl_write,
+    .read = cl_read,
+    .copy = cl_copy,
+    .host_ptr_import = cl_host_ptr_import,
+    .host_ptr_sync = cl_host_ptr_sync,
+    .host_ptr_release = cl_host_ptr_release,
+    .host_alloc = cl_host_alloc,
+    .host_free = cl_host_free,
+    .synchronize = cl_synchronize,
+    .native = cl_native,
+    .free_memory = cl_free_memory,
+    .destroy = cl_destroy,
+};
+
+/* The same, with pipelined transfers through pinned slots: for devices with
+ * memory of their own, where a transfer from pinned memory is several times
+ * faster than one from ordinary memory (on a CPU device staging would only add
+ * a copy). */
+static const ferry_device_ops cl_ops_pipelined = {
+    .alloc = cl_alloc,
+    .free = cl_free,
+    .write = cl_write,
+    .read = cl_read,
+    .copy = cl_copy,
+    .host_ptr_import = cl_host_ptr_import,
+    .host_ptr_sync = cl_host_ptr_sync,
+    .host_ptr_release = cl_host_ptr_release,
+    .host_alloc = cl_host_alloc,
+    .host_free = cl_host_free,
+    .synchronize = cl_synchronize,
+    .native = cl_native,
+    .free_memory = cl_free_memory,
+    .write_async = cl_write_async,
+    .read_async = cl_read_async,
+    .wait_slot = cl_wait_slot,
+    .destroy = cl_destroy,
+};
+
+/* FERRY_OPENCL_PIPELINE=1 gives every device pinned host memory and pipelined
+ * transfers, =0 none; unset: the devices that are not CPUs. */
+static bool wants_pipeline(bool is_cpu) {
+  const char *env = getenv("FERRY_OPENCL_PIPELINE");
+  if (env && *env) return strcmp(env, "0") != 0;
+  return !is_cpu;
+}
+
+/* ---- probing -------------------------------------------------------------- */
+
+/* A string property into buf (truncated to fit), without trailing blanks; "" on failure. */
+static void platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t size) {
+  size_t need = 0;
+  buf[0] = '\0';
+  if (API->clGetPlatformInfo(p, what, 0, NULL, &need) != CL_SUCCESS || need == 0) return;
+  char *tmp = calloc(1, need + 1);
+  if (tmp && API->clGetPlatformInfo(p, what, need, tmp, NULL) == CL_SUCCESS) snprintf(buf, size, "%s", tmp);
+  free(tmp);
+  for (size_t n = strlen(buf); n > 0 && (buf[n - 1] == ' ' || buf[n - 1] == '\n'); n--)
+    buf[n - 1] = '\0';
+}
+
+/* A device string property, whole; NULL on failure. Free it. */
+static char *device_string(cl_device_id d, cl_device_info what) {
+  size_t need = 0;
+  if (API->clGetDeviceInfo(d, what, 0, NULL, &need) != CL_SUCCESS || need == 0) return NULL;
+  char *tmp = calloc(1, need + 1);
+  if (tmp && API->clGetDeviceInfo(d, what, need, tmp, NULL) != CL_SUCCESS) {
+    free(tmp);
+    return NULL;
+  }
+  if (tmp)
+    for (size_t n = strlen(tmp); n > 0 && (tmp[n - 1] == ' ' || tmp[n - 1] == '\n'); n--)
+      tmp[n - 1] = '\0';
+  return tmp;
+}
+
+static bool has_extension(const char *list, const char *name) {
+  size_t len = strlen(name);
+  for (const char *p = list; p && (p = strstr(p, name)) != NULL; p += len)
+    if ((p == list || p[-1] == ' ') && (p[len] == '\0' || p[len] == ' ')) return true;
+  return false;
+}
+
+/* Sets up one device (context, queue, info) and adds it. FERRY_ERROR_UNSUPPORTED
+ * (with a sentence) for a device that cannot be used; other statuses come from
+ * the core and end the probe. */
+static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, const char *platform_name,
+                               cl_device_id id) {
+  cl_bool available = CL_TRUE;
+  if (API->clGetDeviceInfo(id, CL_DEVICE_AVAILABLE, sizeof available, &available, NULL) == CL_SUCCESS && !available)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "an OpenCL device of %s is not available", platform_name);
+  cl_device_type type = 0;
+  cl_ulong global = 0, max_alloc = 0;
+  cl_uint align_bits = 0;
+  cl_int err;
+  if ((err = API->clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof type, &type, NULL)) != CL_SUCCESS ||
+      (err = API->clGetDeviceInfo(id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof global, &global, NULL)) != CL_SUCCESS ||
+      (err = API->clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof max_alloc, &max_alloc, NULL)) !=
+          CL_SUCCESS ||
+      (err = API->clGetDeviceInfo(id, CL_DEVICE_MEM_BASE_ADDR_ALIGN, sizeof align_bits, &align_bits, NULL)) !=
+          CL_SUCCESS)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (%d) from clGetDeviceInfo on a device of %s",
+                       ferry__opencl_error_name(err), (int)err, platform_name);
+
+  cl_device *cd = calloc(1, sizeof *cd);
+  if (!cd) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for an OpenCL device");
+  cd->platform = platform;
+  cd->id = id;
+  cd->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+  cd->pinned = wants_pipeline(cd->is_cpu);
+  cd->total_memory = global;
+  cd->max_allocation = max_alloc;
+  char *name = device_string(id, CL_DEVICE_NAME);
+  snprintf(cd->name, sizeof cd->name, "%s (%s)", name && *name ? name : "unnamed OpenCL device", platform_name);
+  free(name);
+  char *extensions = device_string(id, CL_DEVICE_EXTENSIONS);
+  cd->amd_free_memory = has_extension(extensions, "cl_amd_device_attribute_query");
+  free(extensions);
+
+  cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+  err = CL_SUCCESS;
+  cd->context = API->clCreateContext(props, 1, &id, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !cd->context) {
+    ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (%d) from clCreateContext for %s", ferry__opencl_error_name(err), (int)err,
+                cd->name);
+    free(cd);
+    return FERRY_ERROR_UNSUPPORTED;
+  }
+  cd->queue = API->clCreateCommandQueue(cd->context, id, 0, &err);
+  if (err != CL_SUCCESS || !cd->queue) {
+    ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (%d) from clCreateCommandQueue for %s", ferry__opencl_error_name(err),
+                (int)err, cd->name);
+    API->clReleaseContext(cd->context);
+    free(cd);
+    return FERRY_ERROR_UNSUPPORTED;
+  }
+  pthread_mutex_init(&cd->blocks_lock, NULL);
+
+  size_t align = align_bits >= 8 ? align_bits / 8 : 1;
+  if (align & (align - 1)) { /* not a power of two: the next one up */
+    size_t p = 1;
+    while (p < align)
+      p <<= 1;
+    align = p;
+  }
+  ferry_device_desc desc = {
+      .ops = cd->pinned ? &cl_ops_pipelined : &cl_ops,
+      .impl = cd,
+      .name = cd->name,
+      .total_memory = global,
+      .max_allocation = max_alloc,
+      .is_cpu = cd->is_cpu,
+      .zero_copy = false, /* an OpenCL buffer's memory is the runtime's, never the array */
+      .host_ptr = true,
+      .host_ptr_alignment = align,
+      .caps = FERRY_CAP_CACHE, /* no FERRY_CAP_OVERLAP_COPY: clEnqueueCopyBuffer refuses overlapping ranges */
+  };
+  ferry_status st = ferry__device_add(probe, &desc);
+  if (st != FERRY_OK) {
+    char saved[1024];
+    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    API->clReleaseCommandQueue(cd->queue);
+    API->clReleaseContext(cd->context);
+    pthread_mutex_destroy(&cd->blocks_lock);
+    free(cd);
+    ferry__fail(st, "%s", saved);
+    if (st == FERRY_ERROR_UNSUPPORTED) st = FERRY_ERROR_BACKEND; /* not the device's fault: end the probe */
+  }
+  return st;
+}
+
+static void opencl_unload(void) {
+  atomic_store(&cl.loaded, false);
+  ferry__opencl_unload(cl.handle);
+  cl.handle = NULL;
+  memset(&cl.api, 0, sizeof cl.api);
+}
+
+static ferry_status probe_platforms(ferry_probe *probe);
+
+/* Drivers may change the calling thread's alternate signal stack while they
+ * start: PoCL starts LLVM, which installs a malloc'd one (a sanitizer then
+ * fails at that thread's exit, unmapping what it takes for its own). The probe
+ * leaves the thread as it found it. */
+static ferry_status opencl_probe(ferry_probe *probe) {
+  stack_t before;
+  bool saved = sigaltstack(NULL, &before) == 0;
+  ferry_status st = probe_platforms(probe);
+  stack_t after;
+  if (saved && sigaltstack(NULL, &after) == 0 &&
+      (after.ss_sp != before.ss_sp || after.ss_size != before.ss_size ||
+       (after.ss_flags & SS_DISABLE) != (before.ss_flags & SS_DISABLE))) {
+    before.ss_flags &= SS_DISABLE;
+    sigaltstack(&before, NULL);
+  }
+  return st;
+}
+
+static ferry_status probe_platforms(ferry_probe *probe) {
+  char why[512];
+  if (ferry__opencl_load(&cl.api, &cl.handle, why, sizeof why) != 0)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why);
+  atomic_store(&cl.loaded, true);
+  cl_uint count = 0;
+  cl_int err = API->clGetPlatformIDs(0, NULL, &count);
+  if (err == CL_PLATFORM_NOT_FOUND_KHR || (err == CL_SUCCESS && count == 0)) {
+    const char *vendors = getenv("OCL_ICD_VENDORS");
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED,
+                       "the OpenCL ICD loader found no platform: no ICD file in %s%s names a driver that loads",
+                       vendors && *vendors ? vendors : "/etc/OpenCL/vendors",
+                       vendors && *vendors ? " (OCL_ICD_VENDORS)" : "");
+  }
+  if (err != CL_SUCCESS)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (%d) from clGetPlatformIDs", ferry__opencl_error_name(err),
+                       (int)err);
+  cl_platform_id *platforms = calloc(count, sizeof *platforms);
+  if (!platforms) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u OpenCL platforms", count);
+  err = API->clGetPlatformIDs(count, platforms, NULL);
+  if (err != CL_SUCCESS) {
+    free(platforms);
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (%d) from clGetPlatformIDs", ferry__opencl_error_name(err),
+                       (int)err);
+  }
+  size_t added = 0;
+  char last_problem[1024] = "";
+  ferry_status st = FERRY_OK;
+  for (cl_uint p = 0; p < count && st == FERRY_OK; p++) {
+    char pname[200];
+    platform_string(platforms[p], CL_PLATFORM_NAME, pname, sizeof pname);
+    if (!pname[0]) snprintf(pname, sizeof pname, "OpenCL platform %u", p);
+    cl_uint ndev = 0;
+    err = API->clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, 0, NULL, &ndev);
+    if (err != CL_SUCCESS || ndev == 0) {
+      snprintf(last_problem, sizeof last_problem, "%s has no devices (%s (%d) from clGetDeviceIDs)", pname,
+               ferry__opencl_error_name(err), (int)err);
+      continue;
+    }
+    cl_device_id *ids = calloc(ndev, sizeof *ids);
+    if (!ids) {
+      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u OpenCL devices", ndev);
+      break;
+    }
+    err = API->clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, ndev, ids, NULL);
+    if (err != CL_SUCCESS) {
+      snprintf(last_problem, sizeof last_problem, "%s (%d) from clGetDeviceIDs on %s", ferry__opencl_error_name(err),
+               (int)err, pname);
+      free(ids);
+      continue;
+    }
+    for (cl_uint d = 0; d < ndev && st == FERRY_OK; d++) {
+      ferry_status one = add_device(probe, platforms[p], pname, ids[d]);
+      if (one == FERRY_OK)
+        added++;
+      else if (one == FERRY_ERROR_UNSUPPORTED) /* this device only: the others go on */
+        snprintf(last_problem, sizeof last_problem, "%s", ferry__error_text());
+      else
+        st = one;
+    }
+    free(ids);
+  }
+  free(platforms);
+  if (st != FERRY_OK) return st;
+  if (added == 0)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "no usable OpenCL device on %u platform(s): %s", count, last_problem);
+  return FERRY_OK;
+}
+
+const ferry_backend ferry_backend_opencl = {.name = "opencl", .probe = opencl_probe, .unload = opencl_unload};

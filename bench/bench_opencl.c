@@ -1,0 +1,266 @@
+/*
+ * OpenCL benchmark: ferry against the raw OpenCL calls (bench/raw_opencl.c) on
+ * the same buffers, in the same run, every measurement the median of several
+ * repeats, the two sides interleaved so that drift hits both alike.
+ *
+ *  1. Host-pointer buffer over a 64 MiB array: ferry_host_to_device +
+ *     ferry_device_to_host on the buffer's own array (an unmap + a map, no copy
+ *     by ferry) against clEnqueueWriteBuffer + clEnqueueReadBuffer of the same
+ *     bytes into a plain buffer.
+ *  2. Bandwidth of write (host to device), read (device to host) and device copy
+ *     at 64 MiB and 1 GiB (or the device's largest buffer), from ordinary
+ *     (malloc) memory and from ferry_host_alloc memory, ferry against raw.
+ *
+ *   bench_opencl [--repeats N] [--quick] [--check]
+ *
+ * --quick measures 64 MiB only; --check exits 1 when a target is missed: on
+ * PoCL the host-pointer pair at least 20x faster than write + read; on devices
+ * that are not CPUs, ferry's write and read bandwidth at least 0.95x raw.
+ */
+#include "raw.h"
+
+#include "ferry.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MIB ((size_t)1 << 20)
+
+static int repeats = 11;
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void *aligned(size_t align, size_t bytes) {
+  void *p = NULL;
+  return posix_memalign(&p, align < sizeof(void *) ? sizeof(void *) : align, bytes) == 0 ? p : NULL;
+}
+
+static int failures;
+
+static void fail(const char *what) {
+  fprintf(stderr, "bench_opencl: %s: %s\n", what, ferry_last_error());
+  failures++;
+}
+
+/* ---- 1: the host-pointer pair ------------------------------------------------ */
+
+static double host_ptr_pair(ferry_device *dev, const ferry_device_info *info, const raw_ops *raw, raw_baseline *rb) {
+  size_t bytes = 64 * MIB;
+  size_t align = info->host_ptr_alignment > 4096 ? info->host_ptr_alignment : 4096;
+  unsigned char *array = aligned(align, bytes);
+  if (!array) return 0;
+  for (size_t i = 0; i < bytes; i++)
+    array[i] = (unsigned char)(i * 31 + 7);
+  ferry_buffer h = FERRY_NULL_BUFFER, plain = FERRY_NULL_BUFFER;
+  ferry_refusal why;
+  if (ferry_alloc_host_ptr(dev, ferry_array_of(array, bytes, FERRY_UINT8), &h, &why) != FERRY_OK) {
+    fail("ferry_alloc_host_ptr");
+    free(array);
+    return 0;
+  }
+  if (ferry_alloc(dev, bytes, FERRY_UINT8, &plain) != FERRY_OK) {
+    fail("ferry_alloc");
+    ferry_free(h);
+    free(array);
+    return 0;
+  }
+  ferry_array own = ferry_array_of(array, bytes, FERRY_UINT8);
+  double *t_sync = calloc((size_t)repeats, sizeof(double)), *t_raw = calloc((size_t)repeats, sizeof(double));
+  /* One of each first: the first use of a buffer is slower (pages, mappings). */
+  if (ferry_host_to_device(own, h) != FERRY_OK || ferry_device_to_host(h, own) != FERRY_OK) fail("host-ptr sync");
+  if (raw->h2d(rb, plain, array, bytes) || raw->d2h(rb, plain, array, bytes)) fail("raw write/read");
+  for (int r = 0; r < repeats; r++) {
+    double t0 = now();
+    if (ferry_host_to_device(own, h) != FERRY_OK || ferry_device_to_host(h, own) != FERRY_OK) fail("host-ptr sync");
+    double t1 = now();
+    if (raw->h2d(rb, plain, array, bytes) || raw->d2h(rb, plain, array, bytes)) fail("raw write/read");
+    double t2 = now();
+    t_sync[r] = t1 - t0;
+    t_raw[r] = t2 - t1;
+  }
+  size_t bad = SIZE_MAX;
+  for (size_t i = 0; i < bytes && bad == SIZE_MAX; i += 4093)
+    if (array[i] != (unsigned char)(i * 31 + 7)) bad = i;
+  if (bad != SIZE_MAX) {
+    fprintf(stderr, "bench_opencl: the array changed at byte %zu\n", bad);
+    failures++;
+  }
+  double sync = median(t_sync, repeats), rw = median(t_raw, repeats);
+  printf("\nHost-pointer buffer over a 64 MiB array, median of %d:\n", repeats);
+  printf("  ferry_host_to_device + ferry_device_to_host (own array)   %10.3f ms\n", sync * 1e3);
+  printf("  %s + %s (same bytes)   %10.3f ms\n", raw->h2d_name, raw->d2h_name, rw * 1e3);
+  printf("  ratio (raw / ferry)                                        %10.1fx\n", rw / sync);
+  ferry_free(plain);
+  ferry_free(h);
+  free(t_sync);
+  free(t_raw);
+  free(array);
+  return rw / sync;
+}
+
+/* ---- 2: bandwidth ------------------------------------------------------------ */
+
+typedef struct row_result {
+  double ferry_s, raw_s;
+} row_result;
+
+enum { OP_WRITE, OP_READ, OP_COPY };
+
+static row_result measure(int op, ferry_device *dev, const raw_ops *raw, raw_baseline *rb, ferry_buffer a,
+                          ferry_buffer b, unsigned char *host, size_t bytes) {
+  double *tf = calloc((size_t)repeats, sizeof(double)), *tr = calloc((size_t)repeats, sizeof(double));
+  ferry_array arr = ferry_array_of(host, bytes, FERRY_UINT8);
+  for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up of each */
+    double t0 = now();
+    ferry_status st = op == OP_WRITE  ? ferry_host_to_device(arr, a)
+                      : op == OP_READ ? ferry_device_to_host(a, arr)
+                                      : ferry_device_to_device(a, b);
+    /* The same end point as the raw side's clFinish (ferry's transfers are
+     * complete on return already: this costs one empty clFinish). */
+    if (st == FERRY_OK) st = ferry_device_synchronize(dev);
+    double t1 = now();
+    int rr = op == OP_WRITE  ? raw->h2d(rb, a, host, bytes)
+             : op == OP_READ ? raw->d2h(rb, a, host, bytes)
+                             : raw->d2d(rb, a, b, bytes);
+    double t2 = now();
+    if (st != FERRY_OK) fail("ferry transfer");
+    if (rr) {
+      fprintf(stderr, "bench_opencl: the raw call failed\n");
+      failures++;
+    }
+    if (r >= 0) {
+      tf[r] = t1 - t0;
+      tr[r] = t2 - t1;
+    }
+  }
+  row_result res = {median(tf, repeats), median(tr, repeats)};
+  free(tf);
+  free(tr);
+  return res;
+}
+
+static bool bandwidth(ferry_device *dev, const ferry_device_info *info, const raw_ops *raw, raw_baseline *rb,
+                      size_t bytes, double *worst_ratio) {
+  ferry_buffer a = FERRY_NULL_BUFFER, b = FERRY_NULL_BUFFER;
+  if (ferry_alloc(dev, bytes, FERRY_UINT8, &a) != FERRY_OK || ferry_alloc(dev, bytes, FERRY_UINT8, &b) != FERRY_OK) {
+    printf("  (%zu MiB: %s)\n", bytes / MIB, ferry_last_error());
+    ferry_free(a);
+    return false;
+  }
+  unsigned char *plain = aligned(4096, bytes);
+  void *pinned = NULL;
+  if (ferry_host_alloc(dev, bytes, &pinned) != FERRY_OK) pinned = NULL;
+  struct {
+    const char *name;
+    unsigned char *mem;
+  } sources[] = {{"malloc", plain}, {"ferry_host_alloc", pinned}};
+  static const char *const op_names[] = {"write", "read", "device copy"};
+  const char *raw_names[] = {raw->h2d_name, raw->d2h_name, raw->d2d_name};
+  for (size_t s = 0; s < 2; s++) {
+    if (!sources[s].mem) continue;
+    memset(sources[s].mem, 0x5a, bytes);
+    for (int op = OP_WRITE; op <= OP_COPY; op++) {
+      if (op == OP_COPY && s == 1) continue; /* the host memory plays no part */
+      row_result r = measure(op, dev, raw, rb, a, b, sources[s].mem, bytes);
+      double gf = (double)bytes / r.ferry_s / 1e9, gr = (double)bytes / r.raw_s / 1e9;
+      char label[64];
+      snprintf(label, sizeof label, "%s%s%s", op_names[op], op == OP_COPY ? "" : ", ",
+               op == OP_COPY ? "" : sources[s].name);
+      printf("  %-28s %6zu MiB  %9.2f GB/s  %9.2f GB/s  %6.2fx   (%s)\n", label, bytes / MIB, gf, gr, gf / gr,
+             raw_names[op]);
+      if (op != OP_COPY && gf / gr < *worst_ratio) *worst_ratio = gf / gr;
+    }
+  }
+  (void)info;
+  if (pinned) ferry_host_free(pinned);
+  free(plain);
+  ferry_free(a);
+  ferry_free(b);
+  return true;
+}
+
+int main(int argc, char **argv) {
+  bool check = false, quick = false;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--check") == 0)
+      check = true;
+    else if (strcmp(argv[i], "--quick") == 0)
+      quick = true;
+    else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc)
+      repeats = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_opencl [--repeats N] [--quick] [--check]\n");
+      return 2;
+    }
+  }
+  if (repeats < 9) repeats = 9;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (ferry_init() != FERRY_OK) {
+    fprintf(stderr, "bench_opencl: ferry_init: %s\n", ferry_last_error());
+    return 1;
+  }
+  const raw_ops *raw = raw_ops_for("opencl");
+  int devices = 0, missed = 0;
+  for (size_t i = 0; i < ferry_device_count(); i++) {
+    ferry_device *dev;
+    ferry_device_info info;
+    ferry_device_get(i, &dev);
+    ferry_device_info_get(dev, &info);
+    if (strcmp(info.backend, "opencl") != 0) continue;
+    devices++;
+    char why[256] = "";
+    raw_baseline *rb = raw ? raw->open(dev, why) : NULL;
+    printf("== device %zu: %s; largest buffer %llu MiB, host-ptr alignment %zu\n", info.index, info.name,
+           (unsigned long long)(info.max_allocation / MIB), info.host_ptr_alignment);
+    if (!rb) {
+      printf("  no raw baseline: %s\n", why);
+      continue;
+    }
+    double ratio = host_ptr_pair(dev, &info, raw, rb);
+    bool pocl = strstr(info.name, "Portable Computing Language") != NULL;
+    if (pocl) {
+      bool ok = ratio >= 20.0;
+      printf("  target on PoCL: at least 20x: %s\n", ok ? "met" : "MISSED");
+      if (!ok) missed++;
+    }
+    printf("\nBandwidth, median of %d (ferry, raw, ferry/raw):\n", repeats);
+    double worst = 1e9;
+    bandwidth(dev, &info, raw, rb, 64 * MIB, &worst);
+    if (!quick) {
+      size_t big = (size_t)1 << 30;
+      if (info.max_allocation < big) big = (size_t)(info.max_allocation / MIB) * MIB;
+      if (big > 64 * MIB) bandwidth(dev, &info, raw, rb, big, &worst);
+    }
+    printf("  worst write/read ratio: %.3fx (target on GPUs: at least 0.95x): %s\n", worst,
+           worst >= 0.95 ? "met" : (info.is_cpu ? "missed (a CPU device: not a target)" : "MISSED"));
+    if (!info.is_cpu && worst < 0.95) missed++;
+    raw->close(rb);
+    printf("\n");
+  }
+  ferry_shutdown();
+  if (devices == 0) {
+    printf("bench_opencl: no OpenCL device\n");
+    return 0;
+  }
+  if (failures) {
+    fprintf(stderr, "bench_opencl: %d operations failed\n", failures);
+    return 1;
+  }
+  return check && missed ? 1 : 0;
+}
