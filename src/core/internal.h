@@ -43,7 +43,8 @@ struct ferry_device_state {
   struct ferry_stage stage;
   pthread_mutex_t cache_lock;
   ferry_cache_node *cache[FERRY_CACHE_BUCKETS];
-  uint64_t cache_limit; /* bytes the cache may hold */
+  ferry_cache_node *spare_nodes; /* nodes kept for the next put: no malloc on the free path */
+  uint64_t cache_limit;          /* bytes the cache may hold */
   _Atomic uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
   _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
   _Atomic uint64_t h2d_count, d2h_count, d2d_count;

@@ -56,6 +56,11 @@ ferry_status ferry__device_state_init(ferry_device *dev) {
 }
 
 void ferry__device_state_destroy(ferry_device *dev) {
+  while (dev->state->spare_nodes) {
+    ferry_cache_node *n = dev->state->spare_nodes;
+    dev->state->spare_nodes = n->next;
+    free(n);
+  }
   pthread_mutex_destroy(&dev->state->cache_lock);
   pthread_mutex_destroy(&dev->state->stage.lock);
   free(dev->state);
@@ -90,7 +95,8 @@ static bool cache_take(ferry_device *dev, size_t class_bytes, ferry_mem *out) {
       *link = n->next;
       *out = n->mem;
       atomic_fetch_sub_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
-      free(n);
+      n->next = s->spare_nodes;
+      s->spare_nodes = n;
       found = true;
       break;
     }
@@ -101,21 +107,25 @@ static bool cache_take(ferry_device *dev, size_t class_bytes, ferry_mem *out) {
 
 static bool cache_put(ferry_device *dev, const ferry_mem *mem, size_t class_bytes) {
   struct ferry_device_state *s = dev->state;
-  ferry_cache_node *n = malloc(sizeof *n);
-  if (!n) return false;
-  n->mem = *mem;
-  n->class_bytes = class_bytes;
   bool kept = false;
   pthread_mutex_lock(&s->cache_lock);
   if (atomic_load_explicit(&s->bytes_cached, memory_order_relaxed) + class_bytes <= s->cache_limit) {
-    ferry_cache_node **head = &s->cache[bucket_of(class_bytes)];
-    n->next = *head;
-    *head = n;
-    atomic_fetch_add_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
-    kept = true;
+    ferry_cache_node *n = s->spare_nodes;
+    if (n)
+      s->spare_nodes = n->next;
+    else
+      n = malloc(sizeof *n);
+    if (n) {
+      n->mem = *mem;
+      n->class_bytes = class_bytes;
+      ferry_cache_node **head = &s->cache[bucket_of(class_bytes)];
+      n->next = *head;
+      *head = n;
+      atomic_fetch_add_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
+      kept = true;
+    }
   }
   pthread_mutex_unlock(&s->cache_lock);
-  if (!kept) free(n);
   return kept;
 }
 
