@@ -39,7 +39,9 @@ static ferry_device *device_at(size_t i) {
 static void *own_buffers(void *arg) {
   uint32_t rng = (uint32_t)(uintptr_t)arg * 7919u + 1;
   for (int it = 0; it < iterations; it++) {
-    size_t n = 1 + next_random(&rng) % 65536;
+    /* Now and then a buffer large enough for the copy threads (4 MiB and up), so
+     * that several callers meet in the pool. */
+    size_t n = it % 25 == 0 ? ((size_t)5 << 20) + it : 1 + next_random(&rng) % 65536;
     uint32_t seed = next_random(&rng);
     ferry_device *a = device_at(next_random(&rng)), *b = device_at(next_random(&rng));
     unsigned char *h = malloc(n), *back = malloc(n);

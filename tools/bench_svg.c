@@ -120,7 +120,8 @@ static void compact(double v, char buf[32]) {
     int exp = atoi(e + 1);
     size_t len = strlen(t);
     if (len >= 2 && strcmp(t + len - 2, ".0") == 0) t[len - 2] = '\0';
-    snprintf(buf, 32, "%se%d", t, exp);
+    /* The mantissa is a few characters ("9.7"); the bound keeps the compiler sure of it. */
+    snprintf(buf, 32, "%.16se%d", t, exp);
   } else {
     snprintf(buf, 32, v >= 100 ? "%.0f" : v >= 1 ? "%.3g" : "%.2g", v);
   }
