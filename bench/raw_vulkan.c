@@ -1,4 +1,304 @@
-/* Raw vulkan baseline: placeholder until the backend lands. */
+/*
+ * Raw Vulkan baseline: what a user without ferry writes to move bytes into and
+ * out of a VkBuffer, on the very same ferry buffers (ferry_device_ptr is the
+ * VkBuffer), on ferry's VkDevice and VkQueue (ferry_device_native), through the
+ * loader ferry opened (ferry__vulkan_api), with a command pool, command buffer
+ * and fence of its own:
+ *
+ *   h2d         memcpy into a host-visible staging buffer + vkCmdCopyBuffer + fence wait
+ *               (from memory of host_alloc below: vkCmdCopyBuffer from that buffer, no memcpy)
+ *   d2h         vkCmdCopyBuffer into the staging buffer + fence wait + memcpy out
+ *   d2d         vkCmdCopyBuffer + fence wait
+ *   host_alloc  a mapped host-visible VkBuffer (Vulkan's pinned memory)
+ *   alloc_free  vkCreateBuffer + vkAllocateMemory + vkBindBufferMemory, then the frees
+ *
+ * The staging buffer is one buffer as large as the transfer, made once: the
+ * simplest fast code, with no chunking and no overlap. The queue is ferry's, and
+ * a VkQueue must not be used from two threads at once: the raw calls are meant
+ * to run while ferry is idle on that device (the benchmarks are single-threaded).
+ */
+#include "backends/vulkan/vulkan_api.h"
 #include "raw.h"
 
-const raw_ops *raw_vulkan_ops(void) { return 0; }
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define USAGE (VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT)
+
+typedef struct host_buffer {
+  struct host_buffer *next;
+  VkBuffer buffer;
+  VkDeviceMemory memory;
+  VkDeviceSize bytes;
+  char *map;
+} host_buffer;
+
+struct raw_baseline {
+  const ferry_vk_api *vk;
+  VkPhysicalDevice phys;
+  VkDevice device;
+  VkQueue queue;
+  uint32_t family;
+  VkPhysicalDeviceMemoryProperties memory;
+  VkDeviceSize atom;
+  VkCommandPool pool;
+  VkCommandBuffer cb;
+  VkFence fence;
+  uint32_t host_type; /* host-visible: coherent and cached where possible */
+  bool coherent;
+  host_buffer staging; /* the one staging buffer, grown to the largest transfer */
+  host_buffer *pinned; /* from host_alloc */
+};
+
+static uint32_t pick_host_type(raw_baseline *raw, uint32_t bits) {
+  uint32_t best = UINT32_MAX;
+  int best_score = -1;
+  for (uint32_t i = 0; i < raw->memory.memoryTypeCount; i++) {
+    VkFlags f = raw->memory.memoryTypes[i].propertyFlags;
+    if (!(bits & (1u << i)) || !(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
+    int score = (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT ? 2 : 0) + (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? 1 : 0);
+    if (score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+static int host_buffer_make(raw_baseline *raw, VkDeviceSize bytes, host_buffer *out) {
+  const ferry_vk_api *vk = raw->vk;
+  VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .size = bytes,
+                             .usage = USAGE,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  memset(out, 0, sizeof *out);
+  if (vk->vkCreateBuffer(raw->device, &info, NULL, &out->buffer) != VK_SUCCESS) return -1;
+  VkMemoryRequirements req;
+  vk->vkGetBufferMemoryRequirements(raw->device, out->buffer, &req);
+  uint32_t type = pick_host_type(raw, req.memoryTypeBits);
+  VkMemoryAllocateInfo alloc = {
+      .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = type};
+  void *map = NULL;
+  if (type == UINT32_MAX || vk->vkAllocateMemory(raw->device, &alloc, NULL, &out->memory) != VK_SUCCESS ||
+      vk->vkBindBufferMemory(raw->device, out->buffer, out->memory, 0) != VK_SUCCESS ||
+      vk->vkMapMemory(raw->device, out->memory, 0, VK_WHOLE_SIZE, 0, &map) != VK_SUCCESS) {
+    if (out->memory) vk->vkFreeMemory(raw->device, out->memory, NULL);
+    vk->vkDestroyBuffer(raw->device, out->buffer, NULL);
+    memset(out, 0, sizeof *out);
+    return -1;
+  }
+  raw->coherent = raw->memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  out->bytes = bytes;
+  out->map = map;
+  return 0;
+}
+
+static void host_buffer_free(raw_baseline *raw, host_buffer *b) {
+  if (!b->buffer) return;
+  raw->vk->vkDestroyBuffer(raw->device, b->buffer, NULL);
+  raw->vk->vkFreeMemory(raw->device, b->memory, NULL);
+  memset(b, 0, sizeof *b);
+}
+
+static raw_baseline *vulkan_open(ferry_device *dev, char why[256]) {
+  const ferry_vk_api *vk = ferry__vulkan_api();
+  ferry_native nat;
+  if (!vk) {
+    snprintf(why, 256, "the vulkan backend has no loader loaded");
+    return NULL;
+  }
+  if (ferry_device_native(dev, &nat) != FERRY_OK || nat.context == 0) {
+    snprintf(why, 256, "not a vulkan device: %s", ferry_last_error());
+    return NULL;
+  }
+  raw_baseline *raw = calloc(1, sizeof *raw);
+  if (!raw) {
+    snprintf(why, 256, "no host memory");
+    return NULL;
+  }
+  raw->vk = vk;
+  raw->phys = (VkPhysicalDevice)nat.device;
+  raw->device = (VkDevice)nat.context;
+  raw->queue = (VkQueue)nat.queue;
+  raw->family = nat.queue_family;
+  vk->vkGetPhysicalDeviceMemoryProperties(raw->phys, &raw->memory);
+  VkPhysicalDeviceProperties p;
+  vk->vkGetPhysicalDeviceProperties(raw->phys, &p);
+  raw->atom = p.limits.nonCoherentAtomSize ? p.limits.nonCoherentAtomSize : 1;
+  VkCommandPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                  .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                  .queueFamilyIndex = raw->family};
+  VkCommandBufferAllocateInfo cb = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                    .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                    .commandBufferCount = 1};
+  VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  if (vk->vkCreateCommandPool(raw->device, &pool, NULL, &raw->pool) != VK_SUCCESS ||
+      (cb.commandPool = raw->pool, vk->vkAllocateCommandBuffers(raw->device, &cb, &raw->cb) != VK_SUCCESS) ||
+      vk->vkCreateFence(raw->device, &fence, NULL, &raw->fence) != VK_SUCCESS) {
+    snprintf(why, 256, "could not make a command pool, command buffer and fence");
+    if (raw->pool) vk->vkDestroyCommandPool(raw->device, raw->pool, NULL);
+    free(raw);
+    return NULL;
+  }
+  return raw;
+}
+
+static void vulkan_close(raw_baseline *raw) {
+  if (!raw) return;
+  raw->vk->vkQueueWaitIdle(raw->queue);
+  host_buffer_free(raw, &raw->staging);
+  while (raw->pinned) {
+    host_buffer *b = raw->pinned;
+    raw->pinned = b->next;
+    host_buffer_free(raw, b);
+    free(b);
+  }
+  raw->vk->vkDestroyFence(raw->device, raw->fence, NULL);
+  raw->vk->vkDestroyCommandPool(raw->device, raw->pool, NULL);
+  free(raw);
+}
+
+/* One vkCmdCopyBuffer, submitted and waited for. */
+static int copy_wait(raw_baseline *raw, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize doff,
+                     VkDeviceSize bytes, bool to_host) {
+  const ferry_vk_api *vk = raw->vk;
+  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  if (vk->vkBeginCommandBuffer(raw->cb, &begin) != VK_SUCCESS) return -1;
+  VkBufferCopy region = {.srcOffset = so, .dstOffset = doff, .size = bytes};
+  vk->vkCmdCopyBuffer(raw->cb, src, dst, 1, &region);
+  if (to_host) {
+    VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                         .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                         .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vk->vkCmdPipelineBarrier(raw->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0,
+                             NULL);
+  }
+  if (vk->vkEndCommandBuffer(raw->cb) != VK_SUCCESS) return -1;
+  VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &raw->cb};
+  if (vk->vkQueueSubmit(raw->queue, 1, &submit, raw->fence) != VK_SUCCESS) return -1;
+  if (vk->vkWaitForFences(raw->device, 1, &raw->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS) return -1;
+  return vk->vkResetFences(raw->device, 1, &raw->fence) == VK_SUCCESS ? 0 : -1;
+}
+
+static int staging_for(raw_baseline *raw, size_t bytes) {
+  if (raw->staging.bytes >= bytes) return 0;
+  host_buffer_free(raw, &raw->staging);
+  return host_buffer_make(raw, bytes, &raw->staging);
+}
+
+static int sync_range(raw_baseline *raw, host_buffer *b, bool flush) {
+  if (raw->coherent) return 0;
+  VkMappedMemoryRange r = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = b->memory, .size = VK_WHOLE_SIZE};
+  VkResult res = flush ? raw->vk->vkFlushMappedMemoryRanges(raw->device, 1, &r)
+                       : raw->vk->vkInvalidateMappedMemoryRanges(raw->device, 1, &r);
+  return res == VK_SUCCESS ? 0 : -1;
+}
+
+static host_buffer *pinned_of(raw_baseline *raw, const void *p, size_t bytes) {
+  for (host_buffer *b = raw->pinned; b; b = b->next)
+    if ((const char *)p >= b->map && (const char *)p + bytes <= b->map + b->bytes) return b;
+  return NULL;
+}
+
+static int vulkan_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  host_buffer *pin = pinned_of(raw, src, bytes);
+  if (pin) {
+    if (sync_range(raw, pin, true)) return -1;
+    return copy_wait(raw, pin->buffer, (VkDeviceSize)((const char *)src - pin->map), (VkBuffer)ferry_device_ptr(dst), 0,
+                     bytes, false);
+  }
+  if (staging_for(raw, bytes)) return -1;
+  memcpy(raw->staging.map, src, bytes);
+  if (sync_range(raw, &raw->staging, true)) return -1;
+  return copy_wait(raw, raw->staging.buffer, 0, (VkBuffer)ferry_device_ptr(dst), 0, bytes, false);
+}
+
+static int vulkan_d2h(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
+  host_buffer *pin = pinned_of(raw, dst, bytes);
+  if (pin) {
+    if (copy_wait(raw, (VkBuffer)ferry_device_ptr(src), 0, pin->buffer, (VkDeviceSize)((char *)dst - pin->map), bytes,
+                  true))
+      return -1;
+    return sync_range(raw, pin, false);
+  }
+  if (staging_for(raw, bytes)) return -1;
+  if (copy_wait(raw, (VkBuffer)ferry_device_ptr(src), 0, raw->staging.buffer, 0, bytes, true)) return -1;
+  if (sync_range(raw, &raw->staging, false)) return -1;
+  memcpy(dst, raw->staging.map, bytes);
+  return 0;
+}
+
+static int vulkan_d2d(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes) {
+  return copy_wait(raw, (VkBuffer)ferry_device_ptr(src), 0, (VkBuffer)ferry_device_ptr(dst), 0, bytes, false);
+}
+
+static void *vulkan_host_alloc(raw_baseline *raw, size_t bytes) {
+  host_buffer *b = calloc(1, sizeof *b);
+  if (!b || host_buffer_make(raw, bytes, b)) {
+    free(b);
+    return NULL;
+  }
+  b->next = raw->pinned;
+  raw->pinned = b;
+  return b->map;
+}
+
+static void vulkan_host_free(raw_baseline *raw, void *ptr) {
+  for (host_buffer **link = &raw->pinned; *link; link = &(*link)->next) {
+    if ((*link)->map == ptr) {
+      host_buffer *b = *link;
+      *link = b->next;
+      host_buffer_free(raw, b);
+      free(b);
+      return;
+    }
+  }
+}
+
+static int vulkan_alloc_free(raw_baseline *raw, size_t bytes) {
+  const ferry_vk_api *vk = raw->vk;
+  VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                             .size = bytes ? bytes : 1,
+                             .usage = USAGE | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+  VkBuffer buffer = VK_NULL_HANDLE;
+  if (vk->vkCreateBuffer(raw->device, &info, NULL, &buffer) != VK_SUCCESS) return -1;
+  VkMemoryRequirements req;
+  vk->vkGetBufferMemoryRequirements(raw->device, buffer, &req);
+  uint32_t type = UINT32_MAX;
+  for (uint32_t i = 0; i < raw->memory.memoryTypeCount && type == UINT32_MAX; i++)
+    if ((req.memoryTypeBits & (1u << i)) &&
+        (raw->memory.memoryTypes[i].propertyFlags & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT))
+      type = i;
+  for (uint32_t i = 0; i < raw->memory.memoryTypeCount && type == UINT32_MAX; i++)
+    if (req.memoryTypeBits & (1u << i)) type = i;
+  VkMemoryAllocateInfo alloc = {
+      .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = type};
+  VkDeviceMemory memory = VK_NULL_HANDLE;
+  int rc = -1;
+  if (vk->vkAllocateMemory(raw->device, &alloc, NULL, &memory) == VK_SUCCESS) {
+    rc = vk->vkBindBufferMemory(raw->device, buffer, memory, 0) == VK_SUCCESS ? 0 : -1;
+    vk->vkFreeMemory(raw->device, memory, NULL);
+  }
+  vk->vkDestroyBuffer(raw->device, buffer, NULL);
+  return rc;
+}
+
+static const raw_ops vulkan_raw = {
+    .backend = "vulkan",
+    .h2d_name = "memcpy+vkCmdCopyBuffer",
+    .d2h_name = "vkCmdCopyBuffer+memcpy",
+    .d2d_name = "vkCmdCopyBuffer",
+    .open = vulkan_open,
+    .close = vulkan_close,
+    .h2d = vulkan_h2d,
+    .d2h = vulkan_d2h,
+    .d2d = vulkan_d2d,
+    .host_alloc = vulkan_host_alloc,
+    .host_free = vulkan_host_free,
+    .alloc_free = vulkan_alloc_free,
+};
+
+const raw_ops *raw_vulkan_ops(void) { return &vulkan_raw; }

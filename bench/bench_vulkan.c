@@ -1,0 +1,341 @@
+/*
+ * bench_vulkan: ferry's transfers on every Vulkan device against the raw calls
+ * measured in the same run, on the same buffers (bench/raw_vulkan.c), and where
+ * a CUDA device is present against CUDA's own pinned and device copies.
+ *
+ *   CPU devices (lavapipe): ferry_write / ferry_read of 256 MiB against memcpy of
+ *     the same bytes between two host arrays. Target: >= 0.9x memcpy.
+ *   every device: host-to-device, device-to-host (from ordinary malloc'd memory
+ *     and from pinned memory: ferry_host_alloc for ferry, a mapped host-visible
+ *     VkBuffer for the raw calls) and device-to-device, of 256 MiB and 1 GiB
+ *     (where two such buffers fit), against the raw Vulkan calls.
+ *   with CUDA: the same transfers by cuMemcpyHtoD / cuMemcpyDtoH from
+ *     cuMemAllocHost memory and cuMemcpyDtoD on the first CUDA device. Target for
+ *     a GPU's Vulkan device: h2d and d2h >= 0.9x CUDA pinned, d2d >= 0.9x
+ *     cuMemcpyDtoD.
+ *
+ * Every figure is the median of the repeats (9, or 3 with --quick), ferry and
+ * the baseline alternating. Exit status: the number of targets missed (0: all met).
+ *
+ * usage: bench_vulkan [--quick] [--repeats N]
+ */
+#include "raw.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int repeats = 9;
+static int missed;
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void *must_malloc(size_t bytes) {
+  void *p = malloc(bytes);
+  if (!p) {
+    fprintf(stderr, "bench_vulkan: no host memory for %zu bytes\n", bytes);
+    exit(255);
+  }
+  memset(p, 0x5a, bytes); /* touch every page before timing */
+  return p;
+}
+
+static void check(ferry_status st, const char *what) {
+  if (st != FERRY_OK) {
+    fprintf(stderr, "bench_vulkan: %s: %s: %s\n", what, ferry_status_name(st), ferry_last_error());
+    exit(255);
+  }
+}
+
+/* One timed operation: ferry's or a baseline's. */
+typedef enum op_kind {
+  OP_WRITE,   /* ferry_host_ptr_to_device(host, buf) */
+  OP_READ,    /* ferry_device_to_host_ptr(buf, host) */
+  OP_COPY,    /* ferry_device_to_device(buf, buf2) */
+  OP_MEMCPY,  /* memcpy(host2, host) */
+  OP_RAW_H2D, /* raw->h2d(buf, host) */
+  OP_RAW_D2H, /* raw->d2h(buf, host) */
+  OP_RAW_D2D, /* raw->d2d(buf, buf2) */
+} op_kind;
+
+typedef struct op {
+  op_kind kind;
+  const raw_ops *ops;
+  raw_baseline *raw;
+  ferry_buffer buf, buf2;
+  void *host, *host2;
+  size_t bytes;
+} op;
+
+static void run(const op *o) {
+  int rc = 0;
+  switch (o->kind) {
+  case OP_WRITE: check(ferry_host_ptr_to_device(o->host, o->bytes, o->buf), "ferry_host_ptr_to_device"); break;
+  case OP_READ: check(ferry_device_to_host_ptr(o->buf, o->host, o->bytes), "ferry_device_to_host_ptr"); break;
+  case OP_COPY: check(ferry_device_to_device(o->buf, o->buf2), "ferry_device_to_device"); break;
+  case OP_MEMCPY:
+    memcpy(o->host2, o->host, o->bytes);
+    __asm__ volatile("" : : "r"(o->host2) : "memory");
+    break;
+  case OP_RAW_H2D: rc = o->ops->h2d(o->raw, o->buf, o->host, o->bytes); break;
+  case OP_RAW_D2H: rc = o->ops->d2h(o->raw, o->buf, o->host, o->bytes); break;
+  case OP_RAW_D2D: rc = o->ops->d2d(o->raw, o->buf, o->buf2, o->bytes); break;
+  }
+  if (rc != 0) {
+    fprintf(stderr, "bench_vulkan: the raw %s call failed\n", o->ops->backend);
+    exit(255);
+  }
+}
+
+/* Medians in GB/s of a and b, alternating, after one warm-up each. */
+static void measure(const op *a, const op *b, double *gbs_a, double *gbs_b) {
+  double ta[64], tb[64];
+  run(a);
+  if (b) run(b);
+  for (int r = 0; r < repeats; r++) {
+    double t0 = now_s();
+    run(a);
+    double t1 = now_s();
+    ta[r] = t1 - t0;
+    if (b) {
+      run(b);
+      tb[r] = now_s() - t1;
+    }
+  }
+  *gbs_a = (double)a->bytes / median(ta, repeats) / 1e9;
+  if (b) *gbs_b = (double)b->bytes / median(tb, repeats) / 1e9;
+}
+
+static void header(void) {
+  printf("%-38s %8s %10s %10s  %-34s %7s  %s\n", "test", "size", "ferry", "baseline", "baseline call", "ratio",
+         "target");
+}
+
+static void row(const char *test, size_t bytes, double ferry, double base, const char *base_name, double target) {
+  char size[32], verdict[64] = "";
+  if (bytes >= ((size_t)1 << 30))
+    snprintf(size, sizeof size, "%zu GiB", bytes >> 30);
+  else
+    snprintf(size, sizeof size, "%zu MiB", bytes >> 20);
+  double ratio = base > 0 ? ferry / base : 0;
+  if (target > 0) {
+    bool ok = ratio >= target;
+    if (!ok) missed++;
+    snprintf(verdict, sizeof verdict, ">= %.2fx: %s", target, ok ? "ok" : "MISSED");
+  }
+  printf("%-38s %8s %6.2f GB/s %6.2f GB/s  %-34s %6.3fx  %s\n", test, size, ferry, base, base_name, ratio, verdict);
+}
+
+/* ---- CUDA's figures, for GPUs ------------------------------------------------------ */
+
+typedef struct cuda_ref {
+  bool have;
+  double h2d, d2h, d2d; /* GB/s, pinned memory */
+} cuda_ref;
+
+static cuda_ref cuda_figures(size_t bytes) {
+  cuda_ref c = {0};
+  const raw_ops *cu = raw_ops_for("cuda");
+  ferry_device *dev = NULL;
+  for (size_t i = 0; i < ferry_device_count() && !dev; i++) {
+    ferry_device *d;
+    ferry_device_info info;
+    ferry_device_get(i, &d);
+    ferry_device_info_get(d, &info);
+    if (strcmp(info.backend, "cuda") == 0 && bytes * 2 < info.total_memory) dev = d;
+  }
+  if (!cu || !dev || !cu->host_alloc) return c;
+  char why[256] = "";
+  raw_baseline *raw = cu->open(dev, why);
+  if (!raw) {
+    printf("(no CUDA baseline: %s)\n", why);
+    return c;
+  }
+  void *pinned = cu->host_alloc(raw, bytes);
+  ferry_buffer a, b;
+  if (pinned && ferry_alloc(dev, bytes, FERRY_UINT8, &a) == FERRY_OK &&
+      ferry_alloc(dev, bytes, FERRY_UINT8, &b) == FERRY_OK) {
+    memset(pinned, 0x3c, bytes);
+    op h2d = {.kind = OP_RAW_H2D, .ops = cu, .raw = raw, .buf = a, .host = pinned, .bytes = bytes};
+    op d2h = {.kind = OP_RAW_D2H, .ops = cu, .raw = raw, .buf = a, .host = pinned, .bytes = bytes};
+    op d2d = {.kind = OP_RAW_D2D, .ops = cu, .raw = raw, .buf = a, .buf2 = b, .bytes = bytes};
+    measure(&h2d, NULL, &c.h2d, NULL);
+    measure(&d2h, NULL, &c.d2h, NULL);
+    measure(&d2d, NULL, &c.d2d, NULL);
+    c.have = true;
+    ferry_free(a);
+    ferry_free(b);
+  }
+  if (pinned) cu->host_free(raw, pinned);
+  cu->close(raw);
+  return c;
+}
+
+/* ---- one Vulkan device --------------------------------------------------------------- */
+
+static void memcpy_comparison(ferry_device *dev) {
+  const size_t bytes = (size_t)256 << 20;
+  unsigned char *src = must_malloc(bytes), *dst = must_malloc(bytes);
+  for (size_t i = 0; i < bytes; i += 4096)
+    src[i] = (unsigned char)(i >> 12);
+  ferry_buffer b;
+  check(ferry_alloc(dev, bytes, FERRY_UINT8, &b), "ferry_alloc");
+  op w = {.kind = OP_WRITE, .buf = b, .host = src, .bytes = bytes};
+  op r = {.kind = OP_READ, .buf = b, .host = dst, .bytes = bytes};
+  op m = {.kind = OP_MEMCPY, .host = src, .host2 = dst, .bytes = bytes};
+  double f, base;
+  measure(&w, &m, &f, &base);
+  row("write (malloc'd memory)", bytes, f, base, "memcpy", 0.9);
+  measure(&r, &m, &f, &base);
+  row("read (malloc'd memory)", bytes, f, base, "memcpy", 0.9);
+  check(ferry_read(b, 0, dst, bytes), "ferry_read");
+  if (memcmp(src, dst, bytes) != 0) {
+    fprintf(stderr, "bench_vulkan: the bytes read back differ\n");
+    exit(255);
+  }
+  ferry_free(b);
+  free(src);
+  free(dst);
+}
+
+static void transfers(ferry_device *dev, const ferry_device_info *info, const raw_ops *vk, raw_baseline *raw,
+                      size_t bytes) {
+  unsigned char *host = must_malloc(bytes);
+  void *fpin = NULL, *rpin = vk->host_alloc ? vk->host_alloc(raw, bytes) : NULL;
+  check(ferry_host_alloc(dev, bytes, &fpin), "ferry_host_alloc");
+  memset(fpin, 0x11, bytes);
+  if (rpin) memset(rpin, 0x22, bytes);
+  ferry_buffer a, b;
+  check(ferry_alloc(dev, bytes, FERRY_UINT8, &a), "ferry_alloc");
+  check(ferry_alloc(dev, bytes, FERRY_UINT8, &b), "ferry_alloc");
+  cuda_ref cu = info->is_cpu ? (cuda_ref){0} : cuda_figures(bytes);
+  double target = cu.have ? 0.9 : 0;
+  double f, base;
+
+  op fw = {.kind = OP_WRITE, .buf = a, .host = host, .bytes = bytes};
+  op rw = {.kind = OP_RAW_H2D, .ops = vk, .raw = raw, .buf = a, .host = host, .bytes = bytes};
+  measure(&fw, &rw, &f, &base);
+  row("h2d from malloc'd memory", bytes, f, base, vk->h2d_name, 0);
+  if (cu.have) row("  the same, against CUDA pinned", bytes, f, cu.h2d, "cuMemcpyHtoD (cuMemAllocHost)", 0);
+  op fr = {.kind = OP_READ, .buf = a, .host = host, .bytes = bytes};
+  op rr = {.kind = OP_RAW_D2H, .ops = vk, .raw = raw, .buf = a, .host = host, .bytes = bytes};
+  measure(&fr, &rr, &f, &base);
+  row("d2h to malloc'd memory", bytes, f, base, vk->d2h_name, 0);
+  if (cu.have) row("  the same, against CUDA pinned", bytes, f, cu.d2h, "cuMemcpyDtoH (cuMemAllocHost)", 0);
+
+  op fpw = {.kind = OP_WRITE, .buf = a, .host = fpin, .bytes = bytes};
+  op rpw = {.kind = OP_RAW_H2D, .ops = vk, .raw = raw, .buf = a, .host = rpin ? rpin : host, .bytes = bytes};
+  measure(&fpw, &rpw, &f, &base);
+  row("h2d from pinned memory", bytes, f, base, rpin ? "vkCmdCopyBuffer (host-visible buffer)" : vk->h2d_name, 0);
+  if (cu.have) row("  the same, against CUDA pinned", bytes, f, cu.h2d, "cuMemcpyHtoD (cuMemAllocHost)", target);
+  op fpr = {.kind = OP_READ, .buf = a, .host = fpin, .bytes = bytes};
+  op rpr = {.kind = OP_RAW_D2H, .ops = vk, .raw = raw, .buf = a, .host = rpin ? rpin : host, .bytes = bytes};
+  measure(&fpr, &rpr, &f, &base);
+  row("d2h to pinned memory", bytes, f, base, rpin ? "vkCmdCopyBuffer (host-visible buffer)" : vk->d2h_name, 0);
+  if (cu.have) row("  the same, against CUDA pinned", bytes, f, cu.d2h, "cuMemcpyDtoH (cuMemAllocHost)", target);
+
+  op fc = {.kind = OP_COPY, .buf = a, .buf2 = b, .bytes = bytes};
+  op rc = {.kind = OP_RAW_D2D, .ops = vk, .raw = raw, .buf = a, .buf2 = b, .bytes = bytes};
+  measure(&fc, &rc, &f, &base);
+  row("d2d", bytes, f, base, vk->d2d_name, 0);
+  if (cu.have) row("  the same, against CUDA", bytes, f, cu.d2d, "cuMemcpyDtoD", target);
+
+  /* The figures are worth nothing if the bytes are wrong. */
+  for (size_t i = 0; i < bytes; i += 4093)
+    host[i] = (unsigned char)(i * 31 + 7);
+  check(ferry_host_ptr_to_device(host, bytes, a), "ferry_host_ptr_to_device");
+  check(ferry_device_to_device(a, b), "ferry_device_to_device");
+  memset(fpin, 0, bytes);
+  check(ferry_device_to_host_ptr(b, fpin, bytes), "ferry_device_to_host_ptr");
+  if (memcmp(host, fpin, bytes) != 0) {
+    fprintf(stderr, "bench_vulkan: the bytes after h2d, d2d, d2h differ\n");
+    exit(255);
+  }
+  ferry_free(a);
+  ferry_free(b);
+  ferry_host_free(fpin);
+  if (rpin) vk->host_free(raw, rpin);
+  free(host);
+}
+
+static void bench_device(ferry_device *dev, const ferry_device_info *info) {
+  printf("\ndevice %zu: %s (%s, %.1f GiB, largest buffer %.1f GiB)\n", info->index, info->name,
+         info->is_cpu ? "CPU" : "GPU", (double)info->total_memory / (1u << 30),
+         (double)info->max_allocation / (1u << 30));
+  header();
+  if (info->is_cpu) memcpy_comparison(dev);
+  const raw_ops *vk = raw_ops_for("vulkan");
+  char why[256] = "";
+  raw_baseline *raw = vk ? vk->open(dev, why) : NULL;
+  if (!raw) {
+    printf("(no raw Vulkan baseline: %s)\n", vk ? why : "not built");
+    return;
+  }
+  const size_t sizes[] = {(size_t)256 << 20, (size_t)1 << 30};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    if (sizes[i] > info->max_allocation || sizes[i] * 2 > info->total_memory) {
+      printf("(%zu MiB: two such buffers do not fit)\n", sizes[i] >> 20);
+      continue;
+    }
+    transfers(dev, info, vk, raw, sizes[i]);
+  }
+  vk->close(raw);
+}
+
+int main(int argc, char **argv) {
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--quick") == 0)
+      repeats = 3;
+    else if (strcmp(argv[i], "--repeats") == 0 && i + 1 < argc)
+      repeats = atoi(argv[++i]);
+    else {
+      fprintf(stderr, "usage: bench_vulkan [--quick] [--repeats N]\n");
+      return 255;
+    }
+  }
+  if (repeats < 1) repeats = 1;
+  if (repeats > 64) repeats = 64;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (ferry_init() != FERRY_OK) {
+    fprintf(stderr, "bench_vulkan: ferry_init: %s\n", ferry_last_error());
+    return 255;
+  }
+  size_t devices = 0;
+  for (size_t i = 0; i < ferry_backend_count(); i++) {
+    ferry_backend_info b;
+    ferry_backend_get(i, &b);
+    if (strcmp(b.name, "vulkan") == 0) {
+      devices = b.device_count;
+      if (!devices) printf("bench_vulkan: no Vulkan device: %s\n", b.status);
+    }
+  }
+  printf("bench_vulkan: %zu Vulkan device(s); median of %d repeats; ratio = ferry / baseline (above 1: ferry is "
+         "faster)\n",
+         devices, repeats);
+  double t0 = now_s();
+  for (size_t i = 0; i < ferry_device_count(); i++) {
+    ferry_device *dev;
+    ferry_device_info info;
+    ferry_device_get(i, &dev);
+    ferry_device_info_get(dev, &info);
+    if (strcmp(info.backend, "vulkan") == 0) bench_device(dev, &info);
+  }
+  printf("\n%d target(s) missed; %.1f s\n", missed, now_s() - t0);
+  ferry_shutdown();
+  return missed;
+}

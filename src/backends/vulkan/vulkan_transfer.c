@@ -1,0 +1,824 @@
+/*
+ * Moving bytes.
+ *
+ *  - Mapped buffers (device memory that is the host's: lavapipe, integrated GPUs)
+ *    and buffers over the user's array are written and read by memcpy (on the
+ *    core's threads when large), with flush / invalidate where the memory is
+ *    not coherent.
+ *  - Other buffers go through the device's staging ring: VKB_RING_SLOTS chunks
+ *    of host-visible memory, each with a command buffer and a fence. A write
+ *    copies chunk i+1 into its slot while the device copies chunk i out of
+ *    another; a read keeps the device VKB_RING_SLOTS chunks ahead of the memcpy.
+ *    (The core's own pipeline takes large transfers from ordinary memory through
+ *    write_async / read_async below; the ring serves the rest.)
+ *  - From or to pinned memory (ferry_host_alloc) there is no memcpy at all: one
+ *    vkCmdCopyBuffer between the pinned block's VkBuffer and the buffer.
+ *  - Transfers between host and device memory run on a queue of a transfer-only
+ *    family where the device has one (its copy engines), else on the exposed queue.
+ *  - Copies within a device run on the exposed queue: large ones (1 MiB and up,
+ *    source and destination offsets equal modulo 16) by a compute shader that
+ *    moves 16-byte words (vkCmdCopyBuffer between two places in video memory
+ *    runs on a copy engine at a fifth of what the memory does on an H200), the
+ *    rest and the unaligned ends by vkCmdCopyBuffer; a host memcpy when both
+ *    sides are mapped and coherent. Each copy records on a command pool of its
+ *    own, taken from a free list, so that copies from many threads record at once.
+ *
+ * Every command buffer starts with a barrier that waits for earlier work on its
+ * queue (on the exposed queue: the user's kernels) and ends with one that makes
+ * the copy's writes visible to later commands and to the host. Submission takes
+ * the queue's lock.
+ */
+#include "vulkan_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define VKB_SHADER_COPY_MIN ((VkDeviceSize)1 << 20)
+#define VKB_SHADER_PIECE    ((VkDeviceSize)1 << 30) /* bytes one descriptor set covers, at most */
+#define VKB_COPY_GROUP      256                     /* local_size_x of the copy shader */
+
+/* glslangValidator -V --target-env vulkan1.0 -o copy.spv copy.comp, from:
+
+   #version 450
+   // Copies `count` 16-byte words from word `src_first` of the buffer at binding 0
+   // to word `dst_first` of the buffer at binding 1. Each invocation moves UNROLL
+   // words per step (all loads, then all stores); the grid strides over the rest.
+   layout(local_size_x = 256) in;
+   layout(constant_id = 0) const uint UNROLL = 4;
+   layout(std430, set = 0, binding = 0) readonly buffer Src { uvec4 words[]; } src;
+   layout(std430, set = 0, binding = 1) writeonly buffer Dst { uvec4 words[]; } dst;
+   layout(push_constant) uniform Push { uint src_first; uint dst_first; uint count; } push;
+   void main() {
+     uint block = gl_WorkGroupSize.x * UNROLL;
+     uint stride = gl_NumWorkGroups.x * block;
+     for (uint base = gl_WorkGroupID.x * block + gl_LocalInvocationID.x; base < push.count; base += stride) {
+       uvec4 v[UNROLL];
+       for (uint k = 0; k < UNROLL; k++) {
+         uint i = base + k * gl_WorkGroupSize.x;
+         if (i < push.count) v[k] = src.words[push.src_first + i];
+       }
+       for (uint k = 0; k < UNROLL; k++) {
+         uint i = base + k * gl_WorkGroupSize.x;
+         if (i < push.count) dst.words[push.dst_first + i] = v[k];
+       }
+     }
+   }
+*/
+static const uint32_t copy_spv[] = {
+    0x07230203, 0x00010000, 0x0008000b, 0x0000007f, 0x00000000, 0x00020011, 0x00000001, 0x0006000b, 0x00000001,
+    0x4c534c47, 0x6474732e, 0x3035342e, 0x00000000, 0x0003000e, 0x00000000, 0x00000001, 0x0008000f, 0x00000005,
+    0x00000004, 0x6e69616d, 0x00000000, 0x0000000f, 0x00000017, 0x0000001c, 0x00060010, 0x00000004, 0x00000011,
+    0x00000100, 0x00000001, 0x00000001, 0x00030003, 0x00000002, 0x000001c2, 0x00040005, 0x00000004, 0x6e69616d,
+    0x00000000, 0x00040005, 0x00000008, 0x636f6c62, 0x0000006b, 0x00040005, 0x0000000a, 0x4f524e55, 0x00004c4c,
+    0x00040005, 0x0000000c, 0x69727473, 0x00006564, 0x00070005, 0x0000000f, 0x4e5f6c67, 0x6f576d75, 0x72476b72,
+    0x7370756f, 0x00000000, 0x00040005, 0x00000016, 0x65736162, 0x00000000, 0x00060005, 0x00000017, 0x575f6c67,
+    0x476b726f, 0x70756f72, 0x00004449, 0x00080005, 0x0000001c, 0x4c5f6c67, 0x6c61636f, 0x6f766e49, 0x69746163,
+    0x44496e6f, 0x00000000, 0x00040005, 0x00000026, 0x68737550, 0x00000000, 0x00060006, 0x00000026, 0x00000000,
+    0x5f637273, 0x73726966, 0x00000074, 0x00060006, 0x00000026, 0x00000001, 0x5f747364, 0x73726966, 0x00000074,
+    0x00050006, 0x00000026, 0x00000002, 0x6e756f63, 0x00000074, 0x00040005, 0x00000028, 0x68737570, 0x00000000,
+    0x00030005, 0x00000030, 0x0000006b, 0x00030005, 0x00000038, 0x00000069, 0x00030005, 0x00000046, 0x00000076,
+    0x00030005, 0x00000049, 0x00637253, 0x00050006, 0x00000049, 0x00000000, 0x64726f77, 0x00000073, 0x00030005,
+    0x0000004b, 0x00637273, 0x00030005, 0x00000059, 0x0000006b, 0x00030005, 0x00000061, 0x00000069, 0x00030005,
+    0x0000006d, 0x00747344, 0x00050006, 0x0000006d, 0x00000000, 0x64726f77, 0x00000073, 0x00030005, 0x0000006f,
+    0x00747364, 0x00040047, 0x0000000a, 0x00000001, 0x00000000, 0x00040047, 0x0000000f, 0x0000000b, 0x00000018,
+    0x00040047, 0x00000017, 0x0000000b, 0x0000001a, 0x00040047, 0x0000001c, 0x0000000b, 0x0000001b, 0x00050048,
+    0x00000026, 0x00000000, 0x00000023, 0x00000000, 0x00050048, 0x00000026, 0x00000001, 0x00000023, 0x00000004,
+    0x00050048, 0x00000026, 0x00000002, 0x00000023, 0x00000008, 0x00030047, 0x00000026, 0x00000002, 0x00040047,
+    0x00000048, 0x00000006, 0x00000010, 0x00040048, 0x00000049, 0x00000000, 0x00000018, 0x00050048, 0x00000049,
+    0x00000000, 0x00000023, 0x00000000, 0x00030047, 0x00000049, 0x00000003, 0x00040047, 0x0000004b, 0x00000022,
+    0x00000000, 0x00040047, 0x0000004b, 0x00000021, 0x00000000, 0x00040047, 0x0000006c, 0x00000006, 0x00000010,
+    0x00040048, 0x0000006d, 0x00000000, 0x00000019, 0x00050048, 0x0000006d, 0x00000000, 0x00000023, 0x00000000,
+    0x00030047, 0x0000006d, 0x00000003, 0x00040047, 0x0000006f, 0x00000022, 0x00000000, 0x00040047, 0x0000006f,
+    0x00000021, 0x00000001, 0x00040047, 0x0000007e, 0x0000000b, 0x00000019, 0x00020013, 0x00000002, 0x00030021,
+    0x00000003, 0x00000002, 0x00040015, 0x00000006, 0x00000020, 0x00000000, 0x00040020, 0x00000007, 0x00000007,
+    0x00000006, 0x0004002b, 0x00000006, 0x00000009, 0x00000100, 0x00040032, 0x00000006, 0x0000000a, 0x00000004,
+    0x00060034, 0x00000006, 0x0000000b, 0x00000084, 0x00000009, 0x0000000a, 0x00040017, 0x0000000d, 0x00000006,
+    0x00000003, 0x00040020, 0x0000000e, 0x00000001, 0x0000000d, 0x0004003b, 0x0000000e, 0x0000000f, 0x00000001,
+    0x0004002b, 0x00000006, 0x00000010, 0x00000000, 0x00040020, 0x00000011, 0x00000001, 0x00000006, 0x0004003b,
+    0x0000000e, 0x00000017, 0x00000001, 0x0004003b, 0x0000000e, 0x0000001c, 0x00000001, 0x0005001e, 0x00000026,
+    0x00000006, 0x00000006, 0x00000006, 0x00040020, 0x00000027, 0x00000009, 0x00000026, 0x0004003b, 0x00000027,
+    0x00000028, 0x00000009, 0x00040015, 0x00000029, 0x00000020, 0x00000001, 0x0004002b, 0x00000029, 0x0000002a,
+    0x00000002, 0x00040020, 0x0000002b, 0x00000009, 0x00000006, 0x00020014, 0x0000002e, 0x00040017, 0x00000043,
+    0x00000006, 0x00000004, 0x0004001c, 0x00000044, 0x00000043, 0x0000000a, 0x00040020, 0x00000045, 0x00000007,
+    0x00000044, 0x0003001d, 0x00000048, 0x00000043, 0x0003001e, 0x00000049, 0x00000048, 0x00040020, 0x0000004a,
+    0x00000002, 0x00000049, 0x0004003b, 0x0000004a, 0x0000004b, 0x00000002, 0x0004002b, 0x00000029, 0x0000004c,
+    0x00000000, 0x00040020, 0x00000051, 0x00000002, 0x00000043, 0x00040020, 0x00000054, 0x00000007, 0x00000043,
+    0x0004002b, 0x00000029, 0x00000057, 0x00000001, 0x0003001d, 0x0000006c, 0x00000043, 0x0003001e, 0x0000006d,
+    0x0000006c, 0x00040020, 0x0000006e, 0x00000002, 0x0000006d, 0x0004003b, 0x0000006e, 0x0000006f, 0x00000002,
+    0x0004002b, 0x00000006, 0x0000007d, 0x00000001, 0x0006002c, 0x0000000d, 0x0000007e, 0x00000009, 0x0000007d,
+    0x0000007d, 0x00050036, 0x00000002, 0x00000004, 0x00000000, 0x00000003, 0x000200f8, 0x00000005, 0x0004003b,
+    0x00000007, 0x00000008, 0x00000007, 0x0004003b, 0x00000007, 0x0000000c, 0x00000007, 0x0004003b, 0x00000007,
+    0x00000016, 0x00000007, 0x0004003b, 0x00000007, 0x00000030, 0x00000007, 0x0004003b, 0x00000007, 0x00000038,
+    0x00000007, 0x0004003b, 0x00000045, 0x00000046, 0x00000007, 0x0004003b, 0x00000007, 0x00000059, 0x00000007,
+    0x0004003b, 0x00000007, 0x00000061, 0x00000007, 0x0003003e, 0x00000008, 0x0000000b, 0x00050041, 0x00000011,
+    0x00000012, 0x0000000f, 0x00000010, 0x0004003d, 0x00000006, 0x00000013, 0x00000012, 0x0004003d, 0x00000006,
+    0x00000014, 0x00000008, 0x00050084, 0x00000006, 0x00000015, 0x00000013, 0x00000014, 0x0003003e, 0x0000000c,
+    0x00000015, 0x00050041, 0x00000011, 0x00000018, 0x00000017, 0x00000010, 0x0004003d, 0x00000006, 0x00000019,
+    0x00000018, 0x0004003d, 0x00000006, 0x0000001a, 0x00000008, 0x00050084, 0x00000006, 0x0000001b, 0x00000019,
+    0x0000001a, 0x00050041, 0x00000011, 0x0000001d, 0x0000001c, 0x00000010, 0x0004003d, 0x00000006, 0x0000001e,
+    0x0000001d, 0x00050080, 0x00000006, 0x0000001f, 0x0000001b, 0x0000001e, 0x0003003e, 0x00000016, 0x0000001f,
+    0x000200f9, 0x00000020, 0x000200f8, 0x00000020, 0x000400f6, 0x00000022, 0x00000023, 0x00000000, 0x000200f9,
+    0x00000024, 0x000200f8, 0x00000024, 0x0004003d, 0x00000006, 0x00000025, 0x00000016, 0x00050041, 0x0000002b,
+    0x0000002c, 0x00000028, 0x0000002a, 0x0004003d, 0x00000006, 0x0000002d, 0x0000002c, 0x000500b0, 0x0000002e,
+    0x0000002f, 0x00000025, 0x0000002d, 0x000400fa, 0x0000002f, 0x00000021, 0x00000022, 0x000200f8, 0x00000021,
+    0x0003003e, 0x00000030, 0x00000010, 0x000200f9, 0x00000031, 0x000200f8, 0x00000031, 0x000400f6, 0x00000033,
+    0x00000034, 0x00000000, 0x000200f9, 0x00000035, 0x000200f8, 0x00000035, 0x0004003d, 0x00000006, 0x00000036,
+    0x00000030, 0x000500b0, 0x0000002e, 0x00000037, 0x00000036, 0x0000000a, 0x000400fa, 0x00000037, 0x00000032,
+    0x00000033, 0x000200f8, 0x00000032, 0x0004003d, 0x00000006, 0x00000039, 0x00000016, 0x0004003d, 0x00000006,
+    0x0000003a, 0x00000030, 0x00050084, 0x00000006, 0x0000003b, 0x0000003a, 0x00000009, 0x00050080, 0x00000006,
+    0x0000003c, 0x00000039, 0x0000003b, 0x0003003e, 0x00000038, 0x0000003c, 0x0004003d, 0x00000006, 0x0000003d,
+    0x00000038, 0x00050041, 0x0000002b, 0x0000003e, 0x00000028, 0x0000002a, 0x0004003d, 0x00000006, 0x0000003f,
+    0x0000003e, 0x000500b0, 0x0000002e, 0x00000040, 0x0000003d, 0x0000003f, 0x000300f7, 0x00000042, 0x00000000,
+    0x000400fa, 0x00000040, 0x00000041, 0x00000042, 0x000200f8, 0x00000041, 0x0004003d, 0x00000006, 0x00000047,
+    0x00000030, 0x00050041, 0x0000002b, 0x0000004d, 0x00000028, 0x0000004c, 0x0004003d, 0x00000006, 0x0000004e,
+    0x0000004d, 0x0004003d, 0x00000006, 0x0000004f, 0x00000038, 0x00050080, 0x00000006, 0x00000050, 0x0000004e,
+    0x0000004f, 0x00060041, 0x00000051, 0x00000052, 0x0000004b, 0x0000004c, 0x00000050, 0x0004003d, 0x00000043,
+    0x00000053, 0x00000052, 0x00050041, 0x00000054, 0x00000055, 0x00000046, 0x00000047, 0x0003003e, 0x00000055,
+    0x00000053, 0x000200f9, 0x00000042, 0x000200f8, 0x00000042, 0x000200f9, 0x00000034, 0x000200f8, 0x00000034,
+    0x0004003d, 0x00000006, 0x00000056, 0x00000030, 0x00050080, 0x00000006, 0x00000058, 0x00000056, 0x00000057,
+    0x0003003e, 0x00000030, 0x00000058, 0x000200f9, 0x00000031, 0x000200f8, 0x00000033, 0x0003003e, 0x00000059,
+    0x00000010, 0x000200f9, 0x0000005a, 0x000200f8, 0x0000005a, 0x000400f6, 0x0000005c, 0x0000005d, 0x00000000,
+    0x000200f9, 0x0000005e, 0x000200f8, 0x0000005e, 0x0004003d, 0x00000006, 0x0000005f, 0x00000059, 0x000500b0,
+    0x0000002e, 0x00000060, 0x0000005f, 0x0000000a, 0x000400fa, 0x00000060, 0x0000005b, 0x0000005c, 0x000200f8,
+    0x0000005b, 0x0004003d, 0x00000006, 0x00000062, 0x00000016, 0x0004003d, 0x00000006, 0x00000063, 0x00000059,
+    0x00050084, 0x00000006, 0x00000064, 0x00000063, 0x00000009, 0x00050080, 0x00000006, 0x00000065, 0x00000062,
+    0x00000064, 0x0003003e, 0x00000061, 0x00000065, 0x0004003d, 0x00000006, 0x00000066, 0x00000061, 0x00050041,
+    0x0000002b, 0x00000067, 0x00000028, 0x0000002a, 0x0004003d, 0x00000006, 0x00000068, 0x00000067, 0x000500b0,
+    0x0000002e, 0x00000069, 0x00000066, 0x00000068, 0x000300f7, 0x0000006b, 0x00000000, 0x000400fa, 0x00000069,
+    0x0000006a, 0x0000006b, 0x000200f8, 0x0000006a, 0x00050041, 0x0000002b, 0x00000070, 0x00000028, 0x00000057,
+    0x0004003d, 0x00000006, 0x00000071, 0x00000070, 0x0004003d, 0x00000006, 0x00000072, 0x00000061, 0x00050080,
+    0x00000006, 0x00000073, 0x00000071, 0x00000072, 0x0004003d, 0x00000006, 0x00000074, 0x00000059, 0x00050041,
+    0x00000054, 0x00000075, 0x00000046, 0x00000074, 0x0004003d, 0x00000043, 0x00000076, 0x00000075, 0x00060041,
+    0x00000051, 0x00000077, 0x0000006f, 0x0000004c, 0x00000073, 0x0003003e, 0x00000077, 0x00000076, 0x000200f9,
+    0x0000006b, 0x000200f8, 0x0000006b, 0x000200f9, 0x0000005d, 0x000200f8, 0x0000005d, 0x0004003d, 0x00000006,
+    0x00000078, 0x00000059, 0x00050080, 0x00000006, 0x00000079, 0x00000078, 0x00000057, 0x0003003e, 0x00000059,
+    0x00000079, 0x000200f9, 0x0000005a, 0x000200f8, 0x0000005c, 0x000200f9, 0x00000023, 0x000200f8, 0x00000023,
+    0x0004003d, 0x00000006, 0x0000007a, 0x0000000c, 0x0004003d, 0x00000006, 0x0000007b, 0x00000016, 0x00050080,
+    0x00000006, 0x0000007c, 0x0000007b, 0x0000007a, 0x0003003e, 0x00000016, 0x0000007c, 0x000200f9, 0x00000020,
+    0x000200f8, 0x00000022, 0x000100fd, 0x00010038};
+
+typedef struct copy_push {
+  uint32_t src_first, dst_first, count;
+} copy_push;
+
+/* ---- command buffers ----------------------------------------------------------- */
+
+static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool *pool, vkb_cmd *cmds, unsigned n) {
+  vkb_device *d = dev->impl;
+  VkCommandPoolCreateInfo info = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                  .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT |
+                                           VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
+                                  .queueFamilyIndex = lane->family};
+  VkResult r = vk()->vkCreateCommandPool(d->device, &info, NULL, pool);
+  if (r != VK_SUCCESS) {
+    *pool = VK_NULL_HANDLE;
+    return vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", lane->family);
+  }
+  memset(cmds, 0, n * sizeof *cmds);
+  VkCommandBuffer cbs[FERRY_STAGE_SLOTS > VKB_RING_SLOTS ? FERRY_STAGE_SLOTS : VKB_RING_SLOTS];
+  VkCommandBufferAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                       .commandPool = *pool,
+                                       .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                       .commandBufferCount = n};
+  r = vk()->vkAllocateCommandBuffers(d->device, &alloc, cbs);
+  ferry_status st = FERRY_OK;
+  if (r != VK_SUCCESS) st = vkb_fail(dev, "vkAllocateCommandBuffers", r, "for %u command buffers", n);
+  for (unsigned i = 0; i < n && st == FERRY_OK; i++) {
+    cmds[i].cb = cbs[i];
+    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = vk()->vkCreateFence(d->device, &fi, NULL, &cmds[i].fence)) != VK_SUCCESS) {
+      cmds[i].fence = VK_NULL_HANDLE;
+      st = vkb_fail(dev, "vkCreateFence", r, NULL);
+    }
+  }
+  if (st != FERRY_OK) {
+    for (unsigned i = 0; i < n; i++)
+      if (cmds[i].fence) vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
+    vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffers */
+    *pool = VK_NULL_HANDLE;
+    memset(cmds, 0, n * sizeof *cmds);
+  }
+  return st;
+}
+
+static void pool_destroy(vkb_device *d, VkCommandPool *pool, vkb_cmd *cmds, unsigned n) {
+  for (unsigned i = 0; i < n; i++)
+    if (cmds[i].fence) vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
+  if (*pool) vk()->vkDestroyCommandPool(d->device, *pool, NULL);
+  *pool = VK_NULL_HANDLE;
+  memset(cmds, 0, n * sizeof *cmds);
+}
+
+/* Waits for the command buffer's last submission, if any. */
+static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c) {
+  if (!c->pending) return VK_SUCCESS;
+  VkResult r = vk()->vkWaitForFences(d->device, 1, &c->fence, VK_TRUE, UINT64_MAX);
+  if (r == VK_SUCCESS) r = vk()->vkResetFences(d->device, 1, &c->fence);
+  if (r == VK_SUCCESS) c->pending = false;
+  return r;
+}
+
+static ferry_status cmd_wait(ferry_device *dev, vkb_cmd *c, const char *what) {
+  VkResult r = cmd_wait_raw(dev->impl, c);
+  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkWaitForFences", r, "for %s", what);
+}
+
+/* Waits for every pending command buffer of a set; keeps the first failure's sentence. */
+static ferry_status cmd_wait_all(ferry_device *dev, vkb_cmd *cmds, unsigned n, ferry_status st, const char *what) {
+  for (unsigned i = 0; i < n; i++) {
+    VkResult r = cmd_wait_raw(dev->impl, &cmds[i]);
+    if (r != VK_SUCCESS && st == FERRY_OK) st = vkb_fail(dev, "vkWaitForFences", r, "for %s", what);
+  }
+  return st;
+}
+
+static ferry_status cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what) {
+  static const VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                                 .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  VkResult r = vk()->vkBeginCommandBuffer(c->cb, &begin);
+  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkBeginCommandBuffer", r, "for %s", what);
+}
+
+static ferry_status cmd_end(ferry_device *dev, vkb_cmd *c, const char *what) {
+  VkResult r = vk()->vkEndCommandBuffer(c->cb);
+  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkEndCommandBuffer", r, "for %s", what);
+}
+
+/* Before the copy: earlier work on the queue is done and its writes visible. */
+static void barrier_before(vkb_cmd *c, bool shader) {
+  VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                       .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
+                       .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
+                                        (shader ? VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT : 0)};
+  vk()->vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+                             VK_PIPELINE_STAGE_TRANSFER_BIT | (shader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : 0), 0, 1,
+                             &b, 0, NULL, 0, NULL);
+}
+
+/* After it: its writes visible to later commands and to the host. */
+static void barrier_after(vkb_cmd *c, bool shader) {
+  VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                       .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | (shader ? VK_ACCESS_SHADER_WRITE_BIT : 0),
+                       .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT |
+                                        VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT};
+  vk()->vkCmdPipelineBarrier(
+      c->cb, VK_PIPELINE_STAGE_TRANSFER_BIT | (shader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : 0),
+      VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0, NULL);
+}
+
+/* Records one buffer copy between the two barriers. */
+static ferry_status record_copy(ferry_device *dev, vkb_cmd *c, VkBuffer src, VkBuffer dst, VkDeviceSize src_offset,
+                                VkDeviceSize dst_offset, VkDeviceSize bytes, const char *what) {
+  ferry_status st = cmd_begin(dev, c, what);
+  if (st != FERRY_OK) return st;
+  barrier_before(c, false);
+  VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = bytes};
+  vk()->vkCmdCopyBuffer(c->cb, src, dst, 1, &region);
+  barrier_after(c, false);
+  return cmd_end(dev, c, what);
+}
+
+static ferry_status submit(ferry_device *dev, vkb_lane *lane, vkb_cmd *c, const char *what) {
+  VkSubmitInfo info = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cb};
+  pthread_mutex_lock(&lane->lock);
+  VkResult r = vk()->vkQueueSubmit(lane->queue, 1, &info, c->fence);
+  pthread_mutex_unlock(&lane->lock);
+  if (r != VK_SUCCESS) return vkb_fail(dev, "vkQueueSubmit", r, "for %s", what);
+  c->pending = true;
+  return FERRY_OK;
+}
+
+/* ---- one-shot copies on a context of their own ----------------------------------- */
+
+static ferry_status ctx_take(ferry_device *dev, vkb_lane *lane, vkb_ctx **out) {
+  pthread_mutex_lock(&lane->ctx_lock);
+  vkb_ctx *c = lane->free_ctx;
+  if (c) lane->free_ctx = c->next;
+  pthread_mutex_unlock(&lane->ctx_lock);
+  if (!c) {
+    c = calloc(1, sizeof *c);
+    if (!c) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a command context on %s", dev->label);
+    c->lane = lane;
+    ferry_status st = pool_create(dev, lane, &c->pool, &c->cmd, 1);
+    if (st != FERRY_OK) {
+      free(c);
+      return st;
+    }
+  }
+  *out = c;
+  return FERRY_OK;
+}
+
+static void ctx_give(vkb_ctx *c) {
+  vkb_lane *lane = c->lane;
+  pthread_mutex_lock(&lane->ctx_lock);
+  c->next = lane->free_ctx;
+  lane->free_ctx = c;
+  pthread_mutex_unlock(&lane->ctx_lock);
+}
+
+static void ctx_destroy(vkb_device *d, vkb_ctx *c) {
+  if (c->descriptors) vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
+  pool_destroy(d, &c->pool, &c->cmd, 1);
+  free(c);
+}
+
+/* Copies between two VkBuffers of the device on the lane's queue and waits for it. */
+static ferry_status run_copy(ferry_device *dev, vkb_lane *lane, VkBuffer src, VkDeviceSize so, VkBuffer dst,
+                             VkDeviceSize doff, VkDeviceSize bytes, const char *what) {
+  vkb_ctx *c = NULL;
+  ferry_status st = ctx_take(dev, lane, &c);
+  if (st != FERRY_OK) return st;
+  /* A wait that failed earlier left the fence pending: wait again first. */
+  st = cmd_wait(dev, &c->cmd, what);
+  if (st == FERRY_OK) st = record_copy(dev, &c->cmd, src, dst, so, doff, bytes, what);
+  if (st == FERRY_OK) st = submit(dev, lane, &c->cmd, what);
+  if (st == FERRY_OK) st = cmd_wait(dev, &c->cmd, what);
+  ctx_give(c);
+  return st;
+}
+
+/* ---- the copy shader ------------------------------------------------------------- */
+
+/* Makes the copy pipeline on first use; false when the device cannot (then
+ * copies take vkCmdCopyBuffer). */
+static bool copier_ready(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  vkb_copier *k = &d->copier;
+  pthread_mutex_lock(&k->lock);
+  if (!k->ready && !k->failed) {
+    const ferry_vk_api *v = vk();
+    VkShaderModuleCreateInfo sm = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sizeof copy_spv, .pCode = copy_spv};
+    k->unroll = vkb_opts.copy_unroll;
+    VkDescriptorSetLayoutBinding bindings[2] = {{.binding = 0,
+                                                 .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                 .descriptorCount = 1,
+                                                 .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT},
+                                                {.binding = 1,
+                                                 .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                                 .descriptorCount = 1,
+                                                 .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT}};
+    VkDescriptorSetLayoutCreateInfo sl = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = 2, .pBindings = bindings};
+    VkPushConstantRange push = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .offset = 0, .size = sizeof(copy_push)};
+    bool ok = v->vkCreateShaderModule(d->device, &sm, NULL, &k->module) == VK_SUCCESS &&
+              v->vkCreateDescriptorSetLayout(d->device, &sl, NULL, &k->set_layout) == VK_SUCCESS;
+    if (ok) {
+      VkPipelineLayoutCreateInfo pl = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                       .setLayoutCount = 1,
+                                       .pSetLayouts = &k->set_layout,
+                                       .pushConstantRangeCount = 1,
+                                       .pPushConstantRanges = &push};
+      ok = v->vkCreatePipelineLayout(d->device, &pl, NULL, &k->layout) == VK_SUCCESS;
+    }
+    if (ok) {
+      VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof k->unroll};
+      VkSpecializationInfo spec = {
+          .mapEntryCount = 1, .pMapEntries = &entry, .dataSize = sizeof k->unroll, .pData = &k->unroll};
+      VkComputePipelineCreateInfo cp = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                        .stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                                  .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                                  .module = k->module,
+                                                  .pName = "main",
+                                                  .pSpecializationInfo = &spec},
+                                        .layout = k->layout,
+                                        .basePipelineIndex = -1};
+      ok = v->vkCreateComputePipelines(d->device, VK_NULL_HANDLE, 1, &cp, NULL, &k->pipeline) == VK_SUCCESS;
+    }
+    k->ready = ok;
+    k->failed = !ok; /* the copies go on with vkCmdCopyBuffer */
+  }
+  bool ready = k->ready;
+  pthread_mutex_unlock(&k->lock);
+  return ready;
+}
+
+static void copier_destroy(vkb_device *d) {
+  vkb_copier *k = &d->copier;
+  if (k->pipeline) vk()->vkDestroyPipeline(d->device, k->pipeline, NULL);
+  if (k->layout) vk()->vkDestroyPipelineLayout(d->device, k->layout, NULL);
+  if (k->set_layout) vk()->vkDestroyDescriptorSetLayout(d->device, k->set_layout, NULL);
+  if (k->module) vk()->vkDestroyShaderModule(d->device, k->module, NULL);
+  k->pipeline = k->layout = k->set_layout = k->module = VK_NULL_HANDLE;
+  k->ready = k->failed = false;
+}
+
+/* The context's descriptor sets for the copy shader, made on its first shader copy. */
+static ferry_status ctx_descriptors(ferry_device *dev, vkb_ctx *c) {
+  vkb_device *d = dev->impl;
+  if (c->descriptors) return FERRY_OK;
+  VkDescriptorPoolSize size = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 2 * VKB_COPY_PIECES};
+  VkDescriptorPoolCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+                                     .maxSets = VKB_COPY_PIECES,
+                                     .poolSizeCount = 1,
+                                     .pPoolSizes = &size};
+  VkResult r = vk()->vkCreateDescriptorPool(d->device, &info, NULL, &c->descriptors);
+  if (r != VK_SUCCESS) {
+    c->descriptors = VK_NULL_HANDLE;
+    return vkb_fail(dev, "vkCreateDescriptorPool", r, "for the copy shader");
+  }
+  VkDescriptorSetLayout layouts[VKB_COPY_PIECES];
+  for (unsigned i = 0; i < VKB_COPY_PIECES; i++)
+    layouts[i] = d->copier.set_layout;
+  VkDescriptorSetAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+                                       .descriptorPool = c->descriptors,
+                                       .descriptorSetCount = VKB_COPY_PIECES,
+                                       .pSetLayouts = layouts};
+  r = vk()->vkAllocateDescriptorSets(d->device, &alloc, c->sets);
+  if (r != VK_SUCCESS) {
+    vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
+    c->descriptors = VK_NULL_HANDLE;
+    return vkb_fail(dev, "vkAllocateDescriptorSets", r, "for the copy shader");
+  }
+  return FERRY_OK;
+}
+
+/* Where a piece of a buffer is bound: at an offset the device accepts, with the
+ * piece's first 16-byte word counted from there. */
+static void piece_window(const vkb_device *d, VkDeviceSize start, VkDeviceSize bytes, VkDescriptorBufferInfo *info,
+                         uint32_t *first) {
+  VkDeviceSize align = d->props.limits.minStorageBufferOffsetAlignment;
+  if (align < 16) align = 16;
+  VkDeviceSize bound = start - start % align;
+  info->offset = bound;
+  info->range = (start - bound) + bytes;
+  *first = (uint32_t)((start - bound) / 16);
+}
+
+/* Copies [so, so + n) of s to [doff, doff + n) of t, with so % 16 == doff % 16: the
+ * 16-byte-aligned middle by the shader, the ends by vkCmdCopyBuffer. */
+static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, VkBuffer t, VkDeviceSize doff,
+                                VkDeviceSize n) {
+  static const char what[] = "a copy within the device";
+  vkb_device *d = dev->impl;
+  const ferry_vk_api *v = vk();
+  VkDeviceSize head = (16 - so % 16) % 16;
+  if (head > n) head = n;
+  VkDeviceSize mid = (n - head) / 16 * 16, tail = n - head - mid;
+  VkDeviceSize align =
+      d->props.limits.minStorageBufferOffsetAlignment < 16 ? 16 : d->props.limits.minStorageBufferOffsetAlignment;
+  VkDeviceSize piece = VKB_SHADER_PIECE;
+  VkDeviceSize range_limit = d->props.limits.maxStorageBufferRange;
+  if (piece > range_limit - align) piece = (range_limit - align) / 16 * 16;
+  vkb_ctx *c = NULL;
+  ferry_status st = ctx_take(dev, d->compute, &c);
+  if (st != FERRY_OK) return st;
+  if ((st = cmd_wait(dev, &c->cmd, what)) == FERRY_OK) st = ctx_descriptors(dev, c);
+  bool first_batch = true;
+  for (VkDeviceSize done = 0; st == FERRY_OK && (done < mid || first_batch);) {
+    /* Up to VKB_COPY_PIECES pieces per submission, one descriptor set each. */
+    VkDescriptorBufferInfo buffers[VKB_COPY_PIECES][2];
+    VkWriteDescriptorSet writes[VKB_COPY_PIECES];
+    copy_push push[VKB_COPY_PIECES];
+    unsigned pieces = 0;
+    for (; pieces < VKB_COPY_PIECES && done < mid; pieces++) {
+      VkDeviceSize len = mid - done < piece ? mid - done : piece;
+      buffers[pieces][0].buffer = s;
+      buffers[pieces][1].buffer = t;
+      piece_window(d, so + head + done, len, &buffers[pieces][0], &push[pieces].src_first);
+      piece_window(d, doff + head + done, len, &buffers[pieces][1], &push[pieces].dst_first);
+      push[pieces].count = (uint32_t)(len / 16);
+      writes[pieces] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                              .dstSet = c->sets[pieces],
+                                              .dstBinding = 0,
+                                              .descriptorCount = 2,
+                                              .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .pBufferInfo = buffers[pieces]};
+      done += len;
+    }
+    v->vkUpdateDescriptorSets(d->device, pieces, writes, 0, NULL);
+    if ((st = cmd_begin(dev, &c->cmd, what)) != FERRY_OK) break;
+    barrier_before(&c->cmd, true);
+    if (first_batch) {
+      VkBufferCopy ends[2];
+      uint32_t count = 0;
+      if (head) ends[count++] = (VkBufferCopy){.srcOffset = so, .dstOffset = doff, .size = head};
+      if (tail) ends[count++] = (VkBufferCopy){.srcOffset = so + n - tail, .dstOffset = doff + n - tail, .size = tail};
+      if (count) v->vkCmdCopyBuffer(c->cmd.cb, s, t, count, ends);
+    }
+    if (pieces) v->vkCmdBindPipeline(c->cmd.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->copier.pipeline);
+    for (unsigned i = 0; i < pieces; i++) {
+      uint64_t per_group = (uint64_t)VKB_COPY_GROUP * d->copier.unroll;
+      uint64_t groups = (push[i].count + per_group - 1) / per_group;
+      if (groups > vkb_opts.copy_groups) groups = vkb_opts.copy_groups; /* the shader strides over the rest */
+      v->vkCmdBindDescriptorSets(c->cmd.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->copier.layout, 0, 1, &c->sets[i], 0,
+                                 NULL);
+      v->vkCmdPushConstants(c->cmd.cb, d->copier.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push[i], &push[i]);
+      v->vkCmdDispatch(c->cmd.cb, (uint32_t)groups, 1, 1);
+    }
+    barrier_after(&c->cmd, true);
+    if ((st = cmd_end(dev, &c->cmd, what)) != FERRY_OK) break;
+    if ((st = submit(dev, d->compute, &c->cmd, what)) != FERRY_OK) break;
+    st = cmd_wait(dev, &c->cmd, what);
+    first_batch = false;
+  }
+  ctx_give(c);
+  return st;
+}
+
+/* ---- mapped memory ---------------------------------------------------------------- */
+
+static bool overlaps(const void *a, const void *b, size_t n) {
+  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+  return x < y + n && y < x + n;
+}
+
+static void host_move(void *dst, const void *src, size_t n) {
+  if (dst == src) return;
+  if (overlaps(dst, src, n))
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
+static ferry_status host_write(ferry_device *dev, vkb_buffer *a, size_t off, const void *src, size_t n) {
+  host_move(a->map + off, src, n);
+  if (a->coherent) return FERRY_OK;
+  return vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, true);
+}
+
+static ferry_status host_read(ferry_device *dev, vkb_buffer *a, size_t off, void *dst, size_t n) {
+  if (!a->coherent) {
+    ferry_status st = vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, false);
+    if (st != FERRY_OK) return st;
+  }
+  host_move(dst, a->map + off, n);
+  return FERRY_OK;
+}
+
+/* ---- the staging ring ------------------------------------------------------------- */
+
+static ferry_status ring_ready(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  vkb_ring *g = &d->ring;
+  if (g->ready) return FERRY_OK;
+  ferry_status st = pool_create(dev, d->xfer, &g->pool, g->cmd, VKB_RING_SLOTS);
+  if (st != FERRY_OK) return st;
+  size_t chunk = d->chunk;
+  for (;;) {
+    st = vkb_staging_create(dev, chunk * VKB_RING_SLOTS, &g->buffer, &g->memory, &g->mem_size, &g->map);
+    if (st != FERRY_ERROR_OUT_OF_MEMORY || chunk <= ((size_t)1 << 20)) break;
+    chunk /= 2; /* a smaller ring is slower but still moves the bytes */
+  }
+  if (st != FERRY_OK) {
+    pool_destroy(d, &g->pool, g->cmd, VKB_RING_SLOTS);
+    return ferry__fail(st, "no staging memory: %s", ferry__error_text());
+  }
+  g->chunk = chunk;
+  g->coherent = d->staging_type.coherent;
+  g->ready = true;
+  return FERRY_OK;
+}
+
+static ferry_status staged_write(ferry_device *dev, vkb_buffer *a, size_t off, const char *src, size_t n) {
+  vkb_device *d = dev->impl;
+  vkb_ring *g = &d->ring;
+  static const char what[] = "a staged write";
+  pthread_mutex_lock(&d->ring_lock);
+  ferry_status st = ring_ready(dev);
+  for (size_t done = 0, i = 0; st == FERRY_OK && done < n; i++) {
+    size_t len = n - done < g->chunk ? n - done : g->chunk;
+    unsigned s = (unsigned)(i % VKB_RING_SLOTS);
+    vkb_cmd *c = &g->cmd[s];
+    if ((st = cmd_wait(dev, c, what)) != FERRY_OK) break;
+    VkDeviceSize slot_offset = (VkDeviceSize)s * g->chunk;
+    ferry__parallel_memcpy(g->map + slot_offset, src + done, len);
+    if (!g->coherent && (st = vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, true)) != FERRY_OK) break;
+    if ((st = record_copy(dev, c, g->buffer, a->buffer, slot_offset, off + done, len, what)) != FERRY_OK) break;
+    if ((st = submit(dev, d->xfer, c, what)) != FERRY_OK) break;
+    done += len;
+  }
+  if (g->ready) st = cmd_wait_all(dev, g->cmd, VKB_RING_SLOTS, st, what);
+  pthread_mutex_unlock(&d->ring_lock);
+  return st;
+}
+
+static ferry_status staged_read(ferry_device *dev, vkb_buffer *a, size_t off, char *dst, size_t n) {
+  vkb_device *d = dev->impl;
+  vkb_ring *g = &d->ring;
+  static const char what[] = "a staged read";
+  pthread_mutex_lock(&d->ring_lock);
+  ferry_status st = ring_ready(dev);
+  size_t chunk = g->chunk, chunks = st == FERRY_OK ? (n + chunk - 1) / chunk : 0;
+  /* Chunk i travels in slot i % VKB_RING_SLOTS; the device runs that many ahead. */
+  size_t issued = 0;
+  for (size_t i = 0; st == FERRY_OK && i < chunks; i++) {
+    while (st == FERRY_OK && issued < chunks && issued < i + VKB_RING_SLOTS) {
+      size_t at = issued * chunk, len = n - at < chunk ? n - at : chunk;
+      vkb_cmd *c = &g->cmd[issued % VKB_RING_SLOTS];
+      VkDeviceSize slot_offset = (VkDeviceSize)(issued % VKB_RING_SLOTS) * chunk;
+      st = record_copy(dev, c, a->buffer, g->buffer, off + at, slot_offset, len, what);
+      if (st == FERRY_OK) st = submit(dev, d->xfer, c, what);
+      issued++;
+    }
+    if (st != FERRY_OK) break;
+    size_t at = i * chunk, len = n - at < chunk ? n - at : chunk;
+    unsigned s = (unsigned)(i % VKB_RING_SLOTS);
+    VkDeviceSize slot_offset = (VkDeviceSize)s * chunk;
+    if ((st = cmd_wait(dev, &g->cmd[s], what)) != FERRY_OK) break;
+    if (!g->coherent && (st = vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, false)) != FERRY_OK) break;
+    ferry__parallel_memcpy(dst + at, g->map + slot_offset, len);
+  }
+  if (g->ready) st = cmd_wait_all(dev, g->cmd, VKB_RING_SLOTS, st, what);
+  pthread_mutex_unlock(&d->ring_lock);
+  return st;
+}
+
+/* ---- pinned blocks ------------------------------------------------------------------ */
+
+static ferry_status pinned_write(ferry_device *dev, vkb_host_block *h, const void *src, vkb_buffer *a, size_t off,
+                                 size_t n) {
+  VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
+  if (!h->coherent) {
+    ferry_status st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+    if (st != FERRY_OK) return st;
+  }
+  return run_copy(dev, ((vkb_device *)dev->impl)->xfer, h->buffer, at, a->buffer, off, n, "a write from pinned memory");
+}
+
+static ferry_status pinned_read(ferry_device *dev, vkb_buffer *a, size_t off, vkb_host_block *h, void *dst, size_t n) {
+  VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
+  if (!h->coherent) {
+    /* Dirty host lines over the range must not land on the device's bytes later. */
+    ferry_status st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+    if (st != FERRY_OK) return st;
+  }
+  ferry_status st =
+      run_copy(dev, ((vkb_device *)dev->impl)->xfer, a->buffer, off, h->buffer, at, n, "a read into pinned memory");
+  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, false);
+  return st;
+}
+
+/* ---- the ops ----------------------------------------------------------------------- */
+
+ferry_status vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+  vkb_buffer *a = dst->impl;
+  if (a->map) return host_write(dev, a, off, src, n);
+  vkb_host_block *h = vkb_host_find(dev->impl, src, n);
+  if (h) return pinned_write(dev, h, src, a, off, n);
+  return staged_write(dev, a, off, src, n);
+}
+
+ferry_status vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+  vkb_buffer *a = src->impl;
+  if (a->map) return host_read(dev, a, off, dst, n);
+  vkb_host_block *h = vkb_host_find(dev->impl, dst, n);
+  if (h) return pinned_read(dev, a, off, h, dst, n);
+  return staged_read(dev, a, off, dst, n);
+}
+
+ferry_status vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
+  vkb_device *d = dev->impl;
+  vkb_buffer *s = src->impl, *t = dst->impl;
+  if (s->map && t->map && s->coherent && t->coherent && !vkb_opts.shader) {
+    host_move(t->map + doff, s->map + so, n);
+    return FERRY_OK;
+  }
+  /* Video memory to video memory, large and equally aligned: the copy shader. */
+  if (d->copy_shader && !s->imported && !t->imported && n >= VKB_SHADER_COPY_MIN && so % 16 == doff % 16 &&
+      copier_ready(dev))
+    return shader_copy(dev, s->buffer, so, t->buffer, doff, n);
+  /* Over the user's non-coherent array, the host's writes go to the device first,
+   * and the device's writes are taken back after. */
+  ferry_status st = FERRY_OK;
+  if (s->imported && !s->coherent) st = vkb_flush(dev, s->memory, s->mem_size, so, n, true);
+  if (st == FERRY_OK && t->imported && !t->coherent) st = vkb_flush(dev, t->memory, t->mem_size, doff, n, true);
+  if (st == FERRY_OK) st = run_copy(dev, d->compute, s->buffer, so, t->buffer, doff, n, "a copy within the device");
+  if (st == FERRY_OK && t->imported && !t->coherent) st = vkb_flush(dev, t->memory, t->mem_size, doff, n, false);
+  return st;
+}
+
+ferry_status vkb_synchronize(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  for (int i = 0; i < 2; i++) {
+    vkb_lane *lane = &d->lanes[i];
+    if (!lane->ready) continue;
+    pthread_mutex_lock(&lane->lock);
+    VkResult r = vk()->vkQueueWaitIdle(lane->queue);
+    pthread_mutex_unlock(&lane->lock);
+    if (r != VK_SUCCESS) return vkb_fail(dev, "vkQueueWaitIdle", r, "for queue family %u", lane->family);
+  }
+  return FERRY_OK;
+}
+
+/* ---- pipelined transfers ---------------------------------------------------------- */
+
+static ferry_status pipe_ready(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&d->pipe_lock);
+  if (!d->pipe.ready) {
+    st = pool_create(dev, d->xfer, &d->pipe.pool, d->pipe.cmd, FERRY_STAGE_SLOTS);
+    d->pipe.ready = st == FERRY_OK;
+  }
+  pthread_mutex_unlock(&d->pipe_lock);
+  return st;
+}
+
+/* Completes the slot's last transfer (and takes a read's bytes back from non-coherent memory). */
+static ferry_status slot_finish(ferry_device *dev, unsigned slot) {
+  vkb_pipe *p = &((vkb_device *)dev->impl)->pipe;
+  ferry_status st = cmd_wait(dev, &p->cmd[slot], "a pipelined transfer");
+  if (st == FERRY_OK && p->inval_memory[slot]) {
+    st = vkb_flush(dev, p->inval_memory[slot], p->inval_mem_size[slot], p->inval_offset[slot], p->inval_bytes[slot],
+                   false);
+    p->inval_memory[slot] = VK_NULL_HANDLE;
+  }
+  return st;
+}
+
+static ferry_status bad_slot(ferry_device *dev, unsigned slot) {
+  return ferry__fail(FERRY_ERROR_BACKEND, "pipelined transfer slot %u on %s: there are %d slots", slot, dev->label,
+                     FERRY_STAGE_SLOTS);
+}
+
+/* Starts a copy between a pinned block and the buffer on the slot's command buffer. */
+static ferry_status pipe_start(ferry_device *dev, unsigned slot, VkBuffer src, VkDeviceSize so, VkBuffer dst,
+                               VkDeviceSize doff, VkDeviceSize n, const char *what) {
+  vkb_device *d = dev->impl;
+  vkb_cmd *c = &d->pipe.cmd[slot];
+  pthread_mutex_lock(&d->pipe_lock); /* command buffers of one pool are recorded one at a time */
+  ferry_status st = record_copy(dev, c, src, dst, so, doff, n, what);
+  pthread_mutex_unlock(&d->pipe_lock);
+  return st == FERRY_OK ? submit(dev, d->xfer, c, what) : st;
+}
+
+ferry_status vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n, unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  vkb_buffer *a = dst->impl;
+  vkb_host_block *h = a->map ? NULL : vkb_host_find(dev->impl, src, n);
+  if (!h) return vkb_write(dev, dst, off, src, n); /* synchronous: the slot stays idle */
+  ferry_status st = pipe_ready(dev);
+  if (st == FERRY_OK) st = slot_finish(dev, slot);
+  VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
+  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+  if (st == FERRY_OK) st = pipe_start(dev, slot, h->buffer, at, a->buffer, off, n, "a pipelined write");
+  return st;
+}
+
+ferry_status vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n, unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  vkb_device *d = dev->impl;
+  vkb_buffer *a = src->impl;
+  vkb_host_block *h = a->map ? NULL : vkb_host_find(d, dst, n);
+  if (!h) return vkb_read(dev, src, off, dst, n);
+  ferry_status st = pipe_ready(dev);
+  if (st == FERRY_OK) st = slot_finish(dev, slot);
+  VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
+  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+  if (st == FERRY_OK) st = pipe_start(dev, slot, a->buffer, off, h->buffer, at, n, "a pipelined read");
+  if (st == FERRY_OK && !h->coherent) {
+    d->pipe.inval_memory[slot] = h->memory;
+    d->pipe.inval_mem_size[slot] = h->mem_size;
+    d->pipe.inval_offset[slot] = at;
+    d->pipe.inval_bytes[slot] = n;
+  }
+  return st;
+}
+
+ferry_status vkb_wait_slot(ferry_device *dev, unsigned slot) {
+  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
+  if (!((vkb_device *)dev->impl)->pipe.ready) return FERRY_OK;
+  return slot_finish(dev, slot);
+}
+
+/* ---- setup and teardown ---------------------------------------------------------- */
+
+ferry_status vkb_transfer_setup(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  /* The ring is made on first use: devices whose buffers are mapped never need it. */
+  size_t chunk = vkb_opts.chunk;
+  if (d->atom > 1) chunk = (chunk + d->atom - 1) / d->atom * d->atom;
+  chunk = (chunk + 4095) & ~(size_t)4095;
+  d->chunk = chunk;
+  const ferry_vk_api *v = vk();
+  d->copy_shader = !vkb_opts.noshader && v->vkCreateShaderModule && v->vkCreateDescriptorSetLayout &&
+                   v->vkCreatePipelineLayout && v->vkCreateComputePipelines && v->vkCreateDescriptorPool &&
+                   v->vkAllocateDescriptorSets && v->vkUpdateDescriptorSets && v->vkCmdBindPipeline &&
+                   v->vkCmdBindDescriptorSets && v->vkCmdPushConstants && v->vkCmdDispatch && v->vkDestroyPipeline &&
+                   v->vkDestroyPipelineLayout && v->vkDestroyDescriptorSetLayout && v->vkDestroyShaderModule &&
+                   v->vkDestroyDescriptorPool && d->props.limits.maxStorageBufferRange >= ((uint32_t)1 << 20);
+  return FERRY_OK;
+}
+
+void vkb_transfer_teardown(vkb_device *d) {
+  vkb_ring *g = &d->ring;
+  if (g->ready) {
+    pool_destroy(d, &g->pool, g->cmd, VKB_RING_SLOTS);
+    vk()->vkDestroyBuffer(d->device, g->buffer, NULL);
+    vk()->vkFreeMemory(d->device, g->memory, NULL);
+    memset(g, 0, sizeof *g);
+  }
+  for (int i = 0; i < 2; i++) {
+    while (d->lanes[i].free_ctx) {
+      vkb_ctx *c = d->lanes[i].free_ctx;
+      d->lanes[i].free_ctx = c->next;
+      ctx_destroy(d, c);
+    }
+  }
+  if (d->pipe.ready) pool_destroy(d, &d->pipe.pool, d->pipe.cmd, FERRY_STAGE_SLOTS);
+  memset(&d->pipe, 0, sizeof d->pipe);
+  copier_destroy(d);
+}
