@@ -24,6 +24,7 @@
  */
 #include "backends/cuda/cuda_api.h"
 #include "raw.h"
+#include "timing.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -39,22 +40,6 @@ static const ferry_cuda_api *api;
 static const raw_ops *raw_calls;
 
 /* ---- timing --------------------------------------------------------------------- */
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 static void die(const char *fmt, ...) {
@@ -129,12 +114,12 @@ static double time_job(const job *j, int reps, int iters) {
   if (reps > MAX_SAMPLES) reps = MAX_SAMPLES;
   run(j);
   for (int r = 0; r < reps; r++) {
-    double t0 = now_s();
+    double t0 = bench_seconds();
     for (int i = 0; i < iters; i++)
       run(j);
-    samples[r] = (now_s() - t0) / iters;
+    samples[r] = (bench_seconds() - t0) / iters;
   }
-  return median(samples, reps);
+  return bench_median(samples, reps);
 }
 
 /* ---- output ------------------------------------------------------------------------- */
@@ -514,7 +499,7 @@ int main(int argc, char **argv) {
   printf("bench_cuda%s: %zu CUDA device(s), driver API %d.%d, %s\n", quick ? " --quick" : "", cuda.device_count,
          version / 1000, (version % 1000) / 10, date);
   printf("ratio = ferry / raw (GB/s: above 1 is faster; us: below 1 is faster); median of the repeats\n");
-  double t0 = now_s();
+  double t0 = bench_seconds();
   size_t first = (size_t)-1;
   for (size_t d = 0; d < cuda.device_count; d++) {
     if (only >= 0 && (size_t)only != cuda.first_device + d) continue;
@@ -526,7 +511,7 @@ int main(int argc, char **argv) {
   if (first != (size_t)-1) h2d_modes(first);
   if (first != (size_t)-1 && sweep) pipeline_sweep(first);
   ferry_shutdown();
-  printf("\n%d target(s) missed; %.1f s\n", failed_targets, now_s() - t0);
+  printf("\n%d target(s) missed; %.1f s\n", failed_targets, bench_seconds() - t0);
   if (csv) fclose(csv);
   return 0;
 }

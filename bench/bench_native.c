@@ -11,27 +11,12 @@
  * usage: bench_native [--quick]
  */
 #include "ferry.h"
+#include "timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* Keeps the compiler from dropping or merging the copies being timed. */
 static void clobber(void *p) { __asm__ volatile("" : : "r"(p) : "memory"); }
@@ -63,22 +48,22 @@ int main(int argc, char **argv) {
   unsigned char *dst = (unsigned char *)ferry_device_ptr(small);
   double t_ferry[64], t_raw[64];
   for (int r = 0; r < repeats; r++) {
-    double t0 = now_ns();
+    double t0 = (bench_seconds() * 1e9);
     for (int i = 0; i < loops; i++) {
       clobber(src);
       ferry_write(small, (size_t)(i & 63) * SMALL, src, SMALL);
     }
-    double t1 = now_ns();
+    double t1 = (bench_seconds() * 1e9);
     for (int i = 0; i < loops; i++) {
       clobber(src);
       memcpy(dst + (size_t)(i & 63) * SMALL, src, SMALL);
       clobber(dst);
     }
-    double t2 = now_ns();
+    double t2 = (bench_seconds() * 1e9);
     t_ferry[r] = (t1 - t0) / loops;
     t_raw[r] = (t2 - t1) / loops;
   }
-  double f64 = median(t_ferry, repeats), m64 = median(t_raw, repeats);
+  double f64 = bench_median(t_ferry, repeats), m64 = bench_median(t_raw, repeats);
   printf("%-58s %10s %10s %8s %10s\n", "measure (median)", "ferry", "memcpy", "ratio", "difference");
   printf("%-58s %7.1f ns %7.1f ns %7.2fx %+7.1f ns\n", "ferry_write 64 B vs memcpy 64 B (per call)", f64, m64,
          f64 / m64, f64 - m64);
@@ -96,16 +81,16 @@ int main(int argc, char **argv) {
   memset(bytes, 2, big);
   double g_ferry[16], g_raw[16];
   for (int r = 0; r < big_repeats; r++) {
-    double t0 = now_ns();
+    double t0 = (bench_seconds() * 1e9);
     if (ferry_host_to_device(ferry_array_of(a, big, FERRY_UINT8), buf) != FERRY_OK) die("ferry_host_to_device");
-    double t1 = now_ns();
+    double t1 = (bench_seconds() * 1e9);
     memcpy(bytes, a, big);
     clobber(bytes);
-    double t2 = now_ns();
+    double t2 = (bench_seconds() * 1e9);
     g_ferry[r] = (double)big / (t1 - t0);
     g_raw[r] = (double)big / (t2 - t1);
   }
-  double gf = median(g_ferry, big_repeats), gr = median(g_raw, big_repeats);
+  double gf = bench_median(g_ferry, big_repeats), gr = bench_median(g_raw, big_repeats);
   char label[128];
   snprintf(label, sizeof label, "ferry_host_to_device %zu MiB vs memcpy (GB/s)", big >> 20);
   printf("%-58s %7.2f    %7.2f    %7.2fx\n", label, gf, gr, gf / gr);
@@ -118,13 +103,13 @@ int main(int argc, char **argv) {
     if (ferry_alloc_zero_copy(dev, ferry_array_of(a, sizes[s], FERRY_UINT8), &z) != FERRY_OK) die("zero copy");
     double t[64];
     for (int r = 0; r < repeats; r++) {
-      double t0 = now_ns();
+      double t0 = (bench_seconds() * 1e9);
       for (int i = 0; i < 1000; i++)
         ferry_host_to_device(ferry_array_of(a, sizes[s], FERRY_UINT8), z);
-      t[r] = (now_ns() - t0) / 1000;
+      t[r] = ((bench_seconds() * 1e9) - t0) / 1000;
     }
     snprintf(label, sizeof label, "ferry_host_to_device own array, zero-copy, %zu KiB", sizes[s] >> 10);
-    printf("%-58s %7.1f ns %10s\n", label, median(t, repeats), "-");
+    printf("%-58s %7.1f ns %10s\n", label, bench_median(t, repeats), "-");
     ferry_free(z);
   }
   free(a);

@@ -20,6 +20,7 @@
 #include "raw.h"
 
 #include "ferry.h"
+#include "timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,22 +30,6 @@
 #define MIB ((size_t)1 << 20)
 
 static int repeats = 11;
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void *aligned(size_t align, size_t bytes) {
   void *p = NULL;
@@ -86,11 +71,11 @@ static double host_ptr_pair(ferry_device *dev, const ferry_device_info *info, co
   if (ferry_host_to_device(own, h) != FERRY_OK || ferry_device_to_host(h, own) != FERRY_OK) fail("host-ptr sync");
   if (raw->h2d(rb, plain, array, bytes) || raw->d2h(rb, plain, array, bytes)) fail("raw write/read");
   for (int r = 0; r < repeats; r++) {
-    double t0 = now();
+    double t0 = bench_seconds();
     if (ferry_host_to_device(own, h) != FERRY_OK || ferry_device_to_host(h, own) != FERRY_OK) fail("host-ptr sync");
-    double t1 = now();
+    double t1 = bench_seconds();
     if (raw->h2d(rb, plain, array, bytes) || raw->d2h(rb, plain, array, bytes)) fail("raw write/read");
-    double t2 = now();
+    double t2 = bench_seconds();
     t_sync[r] = t1 - t0;
     t_raw[r] = t2 - t1;
   }
@@ -101,7 +86,7 @@ static double host_ptr_pair(ferry_device *dev, const ferry_device_info *info, co
     fprintf(stderr, "bench_opencl: the array changed at byte %zu\n", bad);
     failures++;
   }
-  double sync = median(t_sync, repeats), rw = median(t_raw, repeats);
+  double sync = bench_median(t_sync, repeats), rw = bench_median(t_raw, repeats);
   printf("\nHost-pointer buffer over a 64 MiB array, median of %d:\n", repeats);
   printf("  ferry_host_to_device + ferry_device_to_host (own array)   %10.3f ms\n", sync * 1e3);
   printf("  %s + %s (same bytes)   %10.3f ms\n", raw->h2d_name, raw->d2h_name, rw * 1e3);
@@ -127,18 +112,18 @@ static row_result measure(int op, ferry_device *dev, const raw_ops *raw, raw_bas
   double *tf = calloc((size_t)repeats, sizeof(double)), *tr = calloc((size_t)repeats, sizeof(double));
   ferry_array arr = ferry_array_of(host, bytes, FERRY_UINT8);
   for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up of each */
-    double t0 = now();
+    double t0 = bench_seconds();
     ferry_status st = op == OP_WRITE  ? ferry_host_to_device(arr, a)
                       : op == OP_READ ? ferry_device_to_host(a, arr)
                                       : ferry_device_to_device(a, b);
     /* The same end point as the raw side's clFinish (ferry's transfers are
      * complete on return already: this costs one empty clFinish). */
     if (st == FERRY_OK) st = ferry_device_synchronize(dev);
-    double t1 = now();
+    double t1 = bench_seconds();
     int rr = op == OP_WRITE  ? raw->h2d(rb, a, host, bytes)
              : op == OP_READ ? raw->d2h(rb, a, host, bytes)
                              : raw->d2d(rb, a, b, bytes);
-    double t2 = now();
+    double t2 = bench_seconds();
     if (st != FERRY_OK) fail("ferry transfer");
     if (rr) {
       fprintf(stderr, "bench_opencl: the raw call failed\n");
@@ -149,7 +134,7 @@ static row_result measure(int op, ferry_device *dev, const raw_ops *raw, raw_bas
       tr[r] = t2 - t1;
     }
   }
-  row_result res = {median(tf, repeats), median(tr, repeats)};
+  row_result res = {bench_median(tf, repeats), bench_median(tr, repeats)};
   free(tf);
   free(tr);
   return res;

@@ -13,6 +13,7 @@
  */
 #include "backends/cuda/cuda_api.h"
 #include "ferry.h"
+#include "timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,22 +21,6 @@
 #include <time.h>
 
 enum { MAX_GPUS = 16 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 /* The CUDA devices of the session, in order. */
 static size_t cuda_devices(ferry_device **out) {
@@ -83,17 +68,17 @@ static int measure_pair(ferry_device *sa, ferry_device *sb, size_t bytes, int re
   ferry_device_native(sb, &nb);
   double tf[64], tr[64];
   for (int r = 0; !rc && r < repeats; r++) {
-    double t0 = now_s();
+    double t0 = bench_seconds();
     if (ferry_device_to_device(a, b) != FERRY_OK) rc = fail("ferry_device_to_device");
-    double t1 = now_s();
+    double t1 = bench_seconds();
     tf[r] = (double)bytes / (t1 - t0) / 1e9;
     if (raw_peer && !rc) {
       api->cuCtxSetCurrent((cu_context)nb.context);
-      double t2 = now_s();
+      double t2 = bench_seconds();
       cu_result e = api->cuMemcpyPeer((cu_deviceptr)ferry_device_ptr(b), (cu_context)nb.context,
                                       (cu_deviceptr)ferry_device_ptr(a), (cu_context)na.context, bytes);
       if (e == 0) e = api->cuCtxSynchronize();
-      double t3 = now_s();
+      double t3 = bench_seconds();
       if (e != 0) {
         fprintf(stderr, "bench_peer: cuMemcpyPeer failed: %d\n", (int)e);
         rc = 1;
@@ -102,8 +87,8 @@ static int measure_pair(ferry_device *sa, ferry_device *sb, size_t bytes, int re
     }
   }
   if (!rc) {
-    *out_ferry = median(tf, repeats);
-    *out_raw = raw_peer ? median(tr, repeats) : 0;
+    *out_ferry = bench_median(tf, repeats);
+    *out_raw = raw_peer ? bench_median(tr, repeats) : 0;
   }
   free(h);
   ferry_free(a);
@@ -128,11 +113,11 @@ static int pinned_h2d(ferry_device *dev, size_t bytes, int repeats, double *out)
   memset(p, 1, bytes);
   double t[64];
   for (int r = 0; r < repeats; r++) {
-    double t0 = now_s();
+    double t0 = bench_seconds();
     api->cuMemcpyHtoD((cu_deviceptr)ferry_device_ptr(b), p, bytes);
-    t[r] = (double)bytes / (now_s() - t0) / 1e9;
+    t[r] = (double)bytes / (bench_seconds() - t0) / 1e9;
   }
-  *out = median(t, repeats);
+  *out = bench_median(t, repeats);
   api->cuMemFreeHost(p);
   ferry_free(b);
   return 0;

@@ -20,6 +20,7 @@
  * usage: bench_vulkan [--quick] [--repeats N]
  */
 #include "raw.h"
+#include "timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,22 +29,6 @@
 
 static int repeats = 9;
 static int missed;
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static void *must_malloc(size_t bytes) {
   void *p = malloc(bytes);
@@ -108,17 +93,17 @@ static void measure(const op *a, const op *b, double *gbs_a, double *gbs_b) {
   run(a);
   if (b) run(b);
   for (int r = 0; r < repeats; r++) {
-    double t0 = now_s();
+    double t0 = bench_seconds();
     run(a);
-    double t1 = now_s();
+    double t1 = bench_seconds();
     ta[r] = t1 - t0;
     if (b) {
       run(b);
-      tb[r] = now_s() - t1;
+      tb[r] = bench_seconds() - t1;
     }
   }
-  *gbs_a = (double)a->bytes / median(ta, repeats) / 1e9;
-  if (b) *gbs_b = (double)b->bytes / median(tb, repeats) / 1e9;
+  *gbs_a = (double)a->bytes / bench_median(ta, repeats) / 1e9;
+  if (b) *gbs_b = (double)b->bytes / bench_median(tb, repeats) / 1e9;
 }
 
 static void header(void) {
@@ -327,7 +312,7 @@ int main(int argc, char **argv) {
   printf("bench_vulkan: %zu Vulkan device(s); median of %d repeats; ratio = ferry / baseline (above 1: ferry is "
          "faster)\n",
          devices, repeats);
-  double t0 = now_s();
+  double t0 = bench_seconds();
   for (size_t i = 0; i < ferry_device_count(); i++) {
     ferry_device *dev;
     ferry_device_info info;
@@ -335,7 +320,7 @@ int main(int argc, char **argv) {
     ferry_device_info_get(dev, &info);
     if (strcmp(info.backend, "vulkan") == 0) bench_device(dev, &info);
   }
-  printf("\n%d target(s) missed; %.1f s\n", missed, now_s() - t0);
+  printf("\n%d target(s) missed; %.1f s\n", missed, bench_seconds() - t0);
   ferry_shutdown();
   return missed;
 }
