@@ -34,7 +34,7 @@ static struct {
 
 /* Generations start here in a new table: above everything before the last shutdown. */
 static uint32_t generation_floor = 1;
-static _Atomic uint64_t serial_counter;
+static uint64_t serial_counter; /* under table.lock */
 
 static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint32_t state_refs(uint64_t s) { return (uint32_t)s; }
@@ -81,10 +81,11 @@ ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index) {
     table.used++;
     slot = slot_at(index);
   }
+  uint64_t serial = ++serial_counter;
   pthread_mutex_unlock(&table.lock);
   /* The slot stays dead (even generation) until published, so no lookup matches it. */
   slot->index = index;
-  slot->serial = atomic_fetch_add_explicit(&serial_counter, 1, memory_order_relaxed) + 1;
+  slot->serial = serial;
   *out_slot = slot;
   *out_index = index;
   return FERRY_OK;
@@ -152,26 +153,22 @@ void ferry__release(ferry_slot *slot) {
 }
 
 ferry_status ferry__retire(ferry_buffer b, const char *fn) {
-  ferry_slot *slot;
-  ferry_status st = ferry__acquire(b, fn, &slot);
-  if (st != FERRY_OK) return st;
-  /* Move to the next (even) generation and drop the owner's reference; our own
-   * lookup reference keeps it alive until the end of this function. */
-  uint64_t s = atomic_load_explicit(&slot->state, memory_order_acquire);
-  uint32_t gen = (uint32_t)(b.id >> 32);
+  /* One compare-and-swap: the next (even) generation, and the owner's reference
+   * dropped. Whoever drops the last reference gives the memory back: this call,
+   * or a transfer in another thread that still holds the buffer. */
+  uint32_t index = (uint32_t)b.id, gen = (uint32_t)(b.id >> 32);
+  ferry_slot *slot = NULL;
+  if ((gen & 1u) && table.chunks && index < (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) slot = slot_at(index);
+  uint64_t s = slot ? atomic_load_explicit(&slot->state, memory_order_acquire) : 0;
   uint64_t next;
   do {
-    if (state_gen(s) != gen) {
-      /* Another thread freed it between our lookup and now. */
-      ferry__release(slot);
-      return ferry__fail(FERRY_ERROR_STALE_BUFFER, "%s: buffer handle 0x%016llx was freed by another thread", fn,
-                         (unsigned long long)b.id);
+    if (!slot || state_gen(s) != gen) {
+      ferry_slot *unused;
+      return ferry__acquire(b, fn, &unused); /* not live: the stale sentence (it cannot succeed) */
     }
     next = ((uint64_t)(gen + 1) << 32) | (state_refs(s) - 1);
   } while (!atomic_compare_exchange_weak_explicit(&slot->state, &s, next, memory_order_acq_rel, memory_order_acquire));
-  uint64_t prev = atomic_fetch_sub_explicit(&slot->state, 1, memory_order_acq_rel);
-  if (state_refs(prev) == 1) return slot_finish(slot, (uint32_t)b.id);
-  return FERRY_OK; /* a transfer in another thread still holds it; it releases the memory */
+  return state_refs(next) == 0 ? slot_finish(slot, index) : FERRY_OK;
 }
 
 const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]) {

@@ -35,8 +35,8 @@ typedef struct ferry_cache_node {
 struct ferry_stage {
   pthread_mutex_t lock; /* held for a whole pipelined transfer */
   void *slot[FERRY_STAGE_SLOTS];
-  size_t slot_bytes, min_bytes;
-  bool failed; /* no pinned memory could be had: direct transfers only */
+  size_t slot_bytes, min_write, min_read; /* slot size; smallest transfers pipelined */
+  bool failed;                            /* no pinned memory could be had: direct transfers only */
 };
 
 struct ferry_device_state {
@@ -76,7 +76,7 @@ void ferry__stage_init(ferry_device *dev);
 /* Frees the device's slots (before the backend's destroy); the device stays usable. */
 void ferry__stage_release(ferry_device *dev);
 /* Should a transfer between `host` and `mem` go through the staging pipeline? */
-bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes);
+bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes, bool to_device);
 ferry_status ferry__stage_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes);
 ferry_status ferry__stage_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes);
 /* A copy from sdev to another device through sdev's slots; false when sdev has

@@ -94,7 +94,10 @@ static bool cache_take(ferry_device *dev, size_t class_bytes, ferry_mem *out) {
     if (n->class_bytes == class_bytes) {
       *link = n->next;
       *out = n->mem;
-      atomic_fetch_sub_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
+      /* Written under the lock only; readers outside it see one value or the other. */
+      atomic_store_explicit(&s->bytes_cached,
+                            atomic_load_explicit(&s->bytes_cached, memory_order_relaxed) - class_bytes,
+                            memory_order_relaxed);
       n->next = s->spare_nodes;
       s->spare_nodes = n;
       found = true;
@@ -121,7 +124,9 @@ static bool cache_put(ferry_device *dev, const ferry_mem *mem, size_t class_byte
       ferry_cache_node **head = &s->cache[bucket_of(class_bytes)];
       n->next = *head;
       *head = n;
-      atomic_fetch_add_explicit(&s->bytes_cached, class_bytes, memory_order_relaxed);
+      atomic_store_explicit(&s->bytes_cached,
+                            atomic_load_explicit(&s->bytes_cached, memory_order_relaxed) + class_bytes,
+                            memory_order_relaxed);
       kept = true;
     }
   }

@@ -14,7 +14,8 @@
  * time; the others wait for the slots.
  *
  * Tunables: FERRY_STAGE_BYTES (slot size, default 16M), FERRY_STAGE_MIN (smallest
- * transfer that is pipelined, default 1M; 0 turns pipelining off), and
+ * transfer that is pipelined; default 8M for writes, 1M for reads; 0 turns
+ * pipelining off), and
  * FERRY_COPY_THREADS (threads for the host copies, see host.c).
  */
 #include "internal.h"
@@ -24,7 +25,11 @@
 #include <string.h>
 
 #define DEFAULT_SLOT_BYTES ((size_t)16 << 20) /* the H200 sweep: 53 GB/s at 16 MiB, 47-52 at 8 MiB */
-#define DEFAULT_MIN_BYTES  ((size_t)1 << 20)
+/* Where the pipeline starts paying, measured on the H200 (bench_cuda, final run):
+ * reads gain from 1 MiB (1.22x of the driver's pageable copy); writes lose there
+ * (0.79x) and only break even at 4 MiB (0.98x), but gain 1.8x at 16 MiB. */
+#define DEFAULT_MIN_WRITE ((size_t)8 << 20)
+#define DEFAULT_MIN_READ  ((size_t)1 << 20)
 
 static bool has_pipeline(const ferry_device *dev) {
   return dev->ops->write_async && dev->ops->read_async && dev->ops->wait_slot && dev->ops->host_alloc;
@@ -61,7 +66,9 @@ void ferry__stage_init(ferry_device *dev) {
   pthread_mutex_init(&s->lock, NULL);
   uint64_t v;
   s->slot_bytes = ferry__env_bytes("FERRY_STAGE_BYTES", &v) && v >= 4096 ? (size_t)v : DEFAULT_SLOT_BYTES;
-  s->min_bytes = ferry__env_bytes("FERRY_STAGE_MIN", &v) ? (size_t)v : DEFAULT_MIN_BYTES;
+  bool set = ferry__env_bytes("FERRY_STAGE_MIN", &v);
+  s->min_write = set ? (size_t)v : DEFAULT_MIN_WRITE;
+  s->min_read = set ? (size_t)v : DEFAULT_MIN_READ;
 }
 
 void ferry__stage_release(ferry_device *dev) {
@@ -72,9 +79,11 @@ void ferry__stage_release(ferry_device *dev) {
   }
 }
 
-bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes) {
+bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes,
+                         bool to_device) {
   const struct ferry_stage *s = &dev->state->stage;
-  if (!has_pipeline(dev) || s->min_bytes == 0 || bytes < s->min_bytes) return false;
+  size_t min = to_device ? s->min_write : s->min_read;
+  if (!has_pipeline(dev) || min == 0 || bytes < min) return false;
   if (mem->host || (mem->flags & (FERRY_MEM_HOST_PTR | FERRY_MEM_ZERO_COPY))) return false;
   if (ferry__host_is_pinned(dev->backend, host, bytes)) return false;
   if (dev->ops->host_is_pinned && dev->ops->host_is_pinned((ferry_device *)dev, host, bytes)) return false;
@@ -177,7 +186,8 @@ static ferry_status write_to_device(void *ctx, size_t done, const void *chunk, s
 
 bool ferry__stage_copy(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
                        size_t doff, size_t bytes, ferry_status *out_status) {
-  if (!has_pipeline(sdev) || bytes < sdev->state->stage.min_bytes || !stage_take(sdev)) return false;
+  size_t min = sdev->state->stage.min_read;
+  if (!has_pipeline(sdev) || min == 0 || bytes < min || !stage_take(sdev)) return false;
   device_sink sink = {ddev, dst, doff};
   *out_status = stage_read_into(sdev, src, so, bytes, write_to_device, &sink);
   stage_give(sdev);

@@ -91,7 +91,7 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
   if (bytes > 0) {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes)
+    else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes, true)
                        ? ferry__stage_write(dev, &slot->mem, offset, src, bytes)
                        : dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
@@ -106,7 +106,7 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
   if (bytes > 0) {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes)
+    else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes, false)
                        ? ferry__stage_read(dev, &slot->mem, offset, dst, bytes)
                        : dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
