@@ -186,7 +186,7 @@ typedef struct vkb_options {
   bool noshader;        /* "noshader": copies within the device by vkCmdCopyBuffer only */
   bool shader;          /* "shader": the copy shader also where buffers are mapped (CPU devices) */
   size_t chunk;         /* FERRY_VULKAN_CHUNK: bytes per staging chunk (default 16 MiB) */
-  uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (4) */
+  uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (8) */
   uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (65535) */
 } vkb_options;
 extern vkb_options vkb_opts;
