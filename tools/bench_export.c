@@ -1,5 +1,6 @@
 /* `ferry bench`: --json and --csv. Both hold every row, skipped ones included (with the reason). */
 #include "bench.h"
+#include "tool.h"
 
 #include <errno.h>
 #include <math.h>
@@ -55,24 +56,6 @@ static int close_out(FILE *f, const char *path, const char *option) {
 
 /* ---- JSON ------------------------------------------------------------------------- */
 
-static void jstr(FILE *f, const char *s) {
-  if (!s) {
-    fputs("null", f);
-    return;
-  }
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\')
-      fprintf(f, "\\%c", c);
-    else if (c < 0x20)
-      fprintf(f, "\\u%04x", c);
-    else
-      fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static void jnum(FILE *f, double v) {
   if (isfinite(v))
     fprintf(f, "%.6g", v);
@@ -110,11 +93,11 @@ int bench_write_json(const char *path, const bench_run *run) {
   if (!f) return 1;
   const bench_options *o = &run->opt;
   fprintf(f, "{\n  \"tool\": \"ferry bench\",\n  \"version\": ");
-  jstr(f, ferry_version());
+  tool_json_string(f, ferry_version());
   fprintf(f, ",\n  \"started\": ");
-  jstr(f, run->started);
+  tool_json_string(f, run->started);
   fprintf(f, ",\n  \"host\": ");
-  jstr(f, run->host);
+  tool_json_string(f, run->host);
   fprintf(f, ",\n  \"quick\": %s,\n  \"repeat\": ", o->quick ? "true" : "false");
   if (o->repeat)
     fprintf(f, "%d", o->repeat);
@@ -134,13 +117,13 @@ int bench_write_json(const char *path, const bench_run *run) {
   fprintf(f, "  \"paths\": [");
   for (int p = 0; p < PATH_COUNT; p++) {
     fprintf(f, "%s\n    {\"id\": ", p ? "," : "");
-    jstr(f, bench_paths[p].id);
+    tool_json_string(f, bench_paths[p].id);
     fprintf(f, ", \"label\": ");
-    jstr(f, bench_paths[p].label);
+    tool_json_string(f, bench_paths[p].label);
     fprintf(f, ", \"unit\": \"%s\", \"bytes_factor\": %d, \"sync_only\": %s, \"meaning\": ",
             bench_paths[p].latency ? "us" : "GB/s", bench_paths[p].bytes_factor,
             bench_paths[p].sync_only ? "true" : "false");
-    jstr(f, bench_paths[p].meaning);
+    tool_json_string(f, bench_paths[p].meaning);
     fputc('}', f);
   }
   fprintf(f, "\n  ],\n  \"devices\": [");
@@ -148,9 +131,9 @@ int bench_write_json(const char *path, const bench_run *run) {
     const bench_device *d = &run->devices[di];
     const ferry_device_info *in = &d->info;
     fprintf(f, "%s\n    {\n      \"index\": %zu,\n      \"backend\": ", di ? "," : "", in->index);
-    jstr(f, in->backend);
+    tool_json_string(f, in->backend);
     fprintf(f, ",\n      \"name\": ");
-    jstr(f, in->name);
+    tool_json_string(f, in->name);
     fprintf(f,
             ",\n      \"total_memory\": %llu,\n      \"max_allocation\": %llu,\n      \"is_cpu\": %s,\n"
             "      \"zero_copy\": %s,\n      \"host_ptr\": %s,\n      \"host_ptr_alignment\": %zu,\n"
@@ -158,7 +141,7 @@ int bench_write_json(const char *path, const bench_run *run) {
             (unsigned long long)in->total_memory, (unsigned long long)in->max_allocation, in->is_cpu ? "true" : "false",
             in->zero_copy ? "true" : "false", in->host_ptr ? "true" : "false", in->host_ptr_alignment, d->size_cap,
             d->raw ? "true" : "false");
-    jstr(f, d->raw ? NULL : d->raw_note);
+    tool_json_string(f, d->raw ? NULL : d->raw_note);
     fprintf(f, ",\n      \"seconds\": ");
     jnum(f, d->seconds);
     fprintf(f, ",\n      \"results\": [");
@@ -169,13 +152,13 @@ int bench_write_json(const char *path, const bench_run *run) {
         char call[160], reason[400];
         fprintf(f, "%s\n        {\"path\": ", first ? "" : ",");
         first = false;
-        jstr(f, bench_paths[p].id);
+        tool_json_string(f, bench_paths[p].id);
         fprintf(f, ", \"size\": %zu, \"status\": \"%s\", \"unit\": \"%s\"", row->bytes, status_name(row->status),
                 bench_paths[p].latency ? "us" : "GB/s");
         if (row->status == ROW_SKIPPED) {
           skip_reason(d, row, reason, sizeof reason);
           fprintf(f, ", \"reason\": ");
-          jstr(f, reason);
+          tool_json_string(f, reason);
           fputc('}', f);
           continue;
         }
@@ -191,7 +174,7 @@ int bench_write_json(const char *path, const bench_run *run) {
           fputs("null", f);
         fprintf(f, ", \"raw_call\": ");
         const char *rc = bench_raw_call(d, (bench_path)p, call, sizeof call);
-        jstr(f, strcmp(rc, "-") == 0 ? NULL : rc);
+        tool_json_string(f, strcmp(rc, "-") == 0 ? NULL : rc);
         fprintf(f, ", \"ratio\": ");
         double r = bench_ratio(row);
         if (r > 0)
@@ -199,9 +182,9 @@ int bench_write_json(const char *path, const bench_run *run) {
         else
           fputs("null", f);
         fprintf(f, ", \"error\": ");
-        jstr(f, row->status == ROW_FAILED ? row->error : NULL);
+        tool_json_string(f, row->status == ROW_FAILED ? row->error : NULL);
         fprintf(f, ", \"raw_error\": ");
-        jstr(f, row->raw_error);
+        tool_json_string(f, row->raw_error);
         fputc('}', f);
       }
     }

@@ -44,8 +44,11 @@ static const char *human(uint64_t bytes, char buf[32]) {
   return buf;
 }
 
-/* Writes s as a JSON string. */
-static void json_string(FILE *f, const char *s) {
+void tool_json_string(FILE *f, const char *s) {
+  if (!s) {
+    fputs("null", f);
+    return;
+  }
   fputc('"', f);
   for (; *s; s++) {
     unsigned char c = (unsigned char)*s;
@@ -62,7 +65,7 @@ static void json_string(FILE *f, const char *s) {
 static int info_json(void) {
   FILE *f = stdout;
   fprintf(f, "{\n  \"version\": ");
-  json_string(f, ferry_version());
+  tool_json_string(f, ferry_version());
   fprintf(f, ",\n  \"devices\": [");
   size_t n = ferry_device_count();
   for (size_t i = 0; i < n; i++) {
@@ -70,9 +73,9 @@ static int info_json(void) {
     ferry_device_info info;
     if (ferry_device_get(i, &d) != FERRY_OK || ferry_device_info_get(d, &info) != FERRY_OK) return 1;
     fprintf(f, "%s\n    {\"index\": %zu, \"backend\": ", i ? "," : "", info.index);
-    json_string(f, info.backend);
+    tool_json_string(f, info.backend);
     fprintf(f, ", \"backend_index\": %zu, \"name\": ", info.backend_index);
-    json_string(f, info.name);
+    tool_json_string(f, info.name);
     fprintf(f,
             ", \"total_memory\": %" PRIu64 ", \"max_allocation\": %" PRIu64
             ", \"is_cpu\": %s, \"zero_copy\": %s, \"host_ptr\": %s, \"host_ptr_alignment\": %zu}",
@@ -84,9 +87,9 @@ static int info_json(void) {
     ferry_backend_info b;
     if (ferry_backend_get(i, &b) != FERRY_OK) return 1;
     fprintf(f, "%s\n    {\"name\": ", i ? "," : "");
-    json_string(f, b.name);
+    tool_json_string(f, b.name);
     fprintf(f, ", \"enabled\": %s, \"devices\": %zu, \"status\": ", b.enabled ? "true" : "false", b.device_count);
-    json_string(f, b.status);
+    tool_json_string(f, b.status);
     fprintf(f, "}");
   }
   fprintf(f, "\n  ]\n}\n");

@@ -163,9 +163,13 @@ const char *ferry__error_text(void);
  * this backend? Backends use it to skip staging for memory that is already pinned. */
 bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t bytes);
 
-/* Copies n bytes using up to `threads` of the core's worker threads (for large
- * host copies into and out of staging memory); memcpy semantics (no overlap). */
+/* Copies n bytes on the core's copy threads when it is large enough to gain
+ * (4 MiB and up, on machines with the threads); memcpy semantics (no overlap). */
 void ferry__parallel_memcpy(void *dst, const void *src, size_t n);
+
+/* memmove semantics: ferry__parallel_memcpy when the ranges are apart, memmove
+ * when they overlap, nothing when they are the same. */
+void ferry__host_move(void *dst, const void *src, size_t n);
 
 /* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
 const char *ferry__bytes_text(uint64_t bytes, char buf[64]);

@@ -321,6 +321,15 @@ void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
   pthread_mutex_unlock(&pool.busy);
 }
 
+void ferry__host_move(void *dst, const void *src, size_t n) {
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (d == s) return;
+  if (d < s + n && s < d + n)
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
 void ferry__copy_pool_shutdown(void) {
   pthread_mutex_lock(&pool.lock);
   pool.stop = true;

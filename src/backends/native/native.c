@@ -13,20 +13,6 @@
 
 #define NATIVE_ALIGN 64
 
-static bool overlaps(const void *a, const void *b, size_t n) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + n && y < x + n;
-}
-
-/* memmove semantics, in parallel when the ranges are apart and large. */
-static void host_move(void *dst, const void *src, size_t n) {
-  if (dst == src) return;
-  if (overlaps(dst, src, n))
-    memmove(dst, src, n);
-  else
-    ferry__parallel_memcpy(dst, src, n);
-}
-
 static ferry_status native_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   size_t rounded = (bytes + NATIVE_ALIGN - 1) & ~(size_t)(NATIVE_ALIGN - 1);
   void *p = NULL;
@@ -47,20 +33,20 @@ static ferry_status native_free(ferry_device *dev, ferry_mem *mem) {
 
 static ferry_status native_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
   (void)dev;
-  host_move((char *)dst->host + off, src, n);
+  ferry__host_move((char *)dst->host + off, src, n);
   return FERRY_OK;
 }
 
 static ferry_status native_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
   (void)dev;
-  host_move(dst, (const char *)src->host + off, n);
+  ferry__host_move(dst, (const char *)src->host + off, n);
   return FERRY_OK;
 }
 
 static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
                                 size_t n) {
   (void)dev;
-  host_move((char *)dst->host + doff, (const char *)src->host + so, n);
+  ferry__host_move((char *)dst->host + doff, (const char *)src->host + so, n);
   return FERRY_OK;
 }
 

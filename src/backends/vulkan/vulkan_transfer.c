@@ -520,21 +520,8 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
 
 /* ---- mapped memory ---------------------------------------------------------------- */
 
-static bool overlaps(const void *a, const void *b, size_t n) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + n && y < x + n;
-}
-
-static void host_move(void *dst, const void *src, size_t n) {
-  if (dst == src) return;
-  if (overlaps(dst, src, n))
-    memmove(dst, src, n);
-  else
-    ferry__parallel_memcpy(dst, src, n);
-}
-
 static ferry_status host_write(ferry_device *dev, vkb_buffer *a, size_t off, const void *src, size_t n) {
-  host_move(a->map + off, src, n);
+  ferry__host_move(a->map + off, src, n);
   if (a->coherent) return FERRY_OK;
   return vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, true);
 }
@@ -544,7 +531,7 @@ static ferry_status host_read(ferry_device *dev, vkb_buffer *a, size_t off, void
     ferry_status st = vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, false);
     if (st != FERRY_OK) return st;
   }
-  host_move(dst, a->map + off, n);
+  ferry__host_move(dst, a->map + off, n);
   return FERRY_OK;
 }
 
@@ -673,7 +660,7 @@ ferry_status vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_
   vkb_device *d = dev->impl;
   vkb_buffer *s = src->impl, *t = dst->impl;
   if (s->map && t->map && s->coherent && t->coherent && !vkb_opts.shader) {
-    host_move(t->map + doff, s->map + so, n);
+    ferry__host_move(t->map + doff, s->map + so, n);
     return FERRY_OK;
   }
   /* Video memory to video memory, large and equally aligned: the copy shader. */
