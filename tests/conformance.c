@@ -27,22 +27,10 @@ static bool find_backend(const char *name, ferry_backend_info *out) {
 
 static int run_backend(const char *name) {
   ferry_backend_info b;
-  if (!find_backend(name, &b)) {
-    if (harness_backend_required(name)) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, which this build does not have\n", name);
-      return 1;
-    }
-    printf("SKIP backend %s: not in this build\n", name);
-    return HARNESS_SKIP;
-  }
-  if (b.device_count == 0) {
-    if (harness_backend_required(name)) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, but it has no device: %s\n", name, b.status);
-      return 1;
-    }
-    printf("SKIP backend %s: %s\n", name, b.status);
-    return HARNESS_SKIP;
-  }
+  char test[64];
+  snprintf(test, sizeof test, "conformance.%s", name);
+  int present = harness_backend_devices(name, test, &b);
+  if (present != 0) return present;
   char context[512];
   for (size_t d = 0; d < b.device_count; d++) {
     ferry_device *dev;

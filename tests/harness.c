@@ -58,6 +58,24 @@ bool harness_backend_required(const char *backend) {
   return false;
 }
 
+int harness_backend_devices(const char *backend, const char *test, ferry_backend_info *out) {
+  ferry_backend_info b = {0};
+  bool found = false;
+  for (size_t i = 0; i < ferry_backend_count() && !found; i++)
+    found = ferry_backend_get(i, &b) == FERRY_OK && strcmp(b.name, backend) == 0;
+  if (found && b.device_count > 0) {
+    *out = b;
+    return 0;
+  }
+  const char *why = found ? b.status : "not in this build";
+  if (harness_backend_required(backend)) {
+    fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names %s, but it has no device: %s\n", backend, why);
+    return 1;
+  }
+  printf("SKIP %s: no %s device: %s\n", test, backend, why);
+  return HARNESS_SKIP;
+}
+
 void *harness_aligned(size_t align, size_t bytes) {
   void *p = NULL;
   if (align < sizeof(void *)) align = sizeof(void *);

@@ -60,6 +60,12 @@ size_t find_pattern_mismatch(const void *p, size_t n, uint32_t seed);
 /* Is `backend` named in FERRY_REQUIRE_BACKENDS (comma list)? */
 bool harness_backend_required(const char *backend);
 
+/* Finds `backend` in the running session (ferry initialised). With devices: fills
+ * *out and returns 0. Without: prints "SKIP <test>: no <backend> device: <why>"
+ * and returns HARNESS_SKIP, or, when FERRY_REQUIRE_BACKENDS names the backend,
+ * prints a failure and returns 1. */
+int harness_backend_devices(const char *backend, const char *test, ferry_backend_info *out);
+
 /* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
 void *harness_aligned(size_t align, size_t bytes);
 

@@ -133,21 +133,14 @@ int main(void) {
     fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
     return 1;
   }
-  for (size_t i = 0; i < ferry_backend_count(); i++) {
-    ferry_backend_info b;
-    if (ferry_backend_get(i, &b) != FERRY_OK || strcmp(b.name, "cuda") != 0) continue;
-    if (b.device_count == 0) {
-      ferry_shutdown();
-      if (harness_backend_required("cuda")) {
-        fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names cuda, but it has no device: %s\n", b.status);
-        return 1;
-      }
-      printf("SKIP cuda_threads: no CUDA device: %s\n", b.status);
-      return HARNESS_SKIP;
-    }
-    for (size_t d = 0; d < b.device_count && dev_count < 16; d++)
-      if (ferry_device_get(b.first_device + d, &devs[dev_count]) == FERRY_OK) dev_count++;
+  ferry_backend_info b;
+  int present = harness_backend_devices("cuda", "cuda_threads", &b);
+  if (present != 0) {
+    ferry_shutdown();
+    return present;
   }
+  for (size_t d = 0; d < b.device_count && dev_count < 16; d++)
+    if (ferry_device_get(b.first_device + d, &devs[dev_count]) == FERRY_OK) dev_count++;
   api = ferry__cuda_api();
   if (dev_count == 0 || !api) {
     printf("SKIP cuda_threads: this build has no cuda backend\n");

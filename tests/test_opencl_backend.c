@@ -671,16 +671,10 @@ int main(void) {
     return 1;
   }
   ferry_backend_info backend;
-  if (!opencl_status(&backend) || backend.device_count == 0) {
-    const char *reason = opencl_status(&backend) ? backend.status : "not in this build";
-    if (harness_backend_required("opencl")) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names opencl, but it has no device: %s\n", reason);
-      ferry_shutdown();
-      return 1;
-    }
-    printf("SKIP opencl_backend: no OpenCL device: %s\n", reason);
+  int present = harness_backend_devices("opencl", "opencl_backend", &backend);
+  if (present != 0) {
     ferry_shutdown();
-    return HARNESS_SKIP;
+    return present;
   }
   const ferry_cl_api *api = ferry__opencl_api();
   CHECK(api != NULL);

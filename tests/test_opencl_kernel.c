@@ -187,19 +187,11 @@ int main(void) {
     fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
     return 1;
   }
-  ferry_backend_info backend = {0};
-  bool found = false;
-  for (size_t i = 0; i < ferry_backend_count() && !found; i++)
-    found = ferry_backend_get(i, &backend) == FERRY_OK && strcmp(backend.name, "opencl") == 0;
-  if (!found || backend.device_count == 0) {
-    const char *reason = found ? backend.status : "not in this build";
+  ferry_backend_info backend;
+  int present = harness_backend_devices("opencl", "opencl_kernel", &backend);
+  if (present != 0) {
     ferry_shutdown();
-    if (harness_backend_required("opencl")) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names opencl, but it has no device: %s\n", reason);
-      return 1;
-    }
-    printf("SKIP opencl_kernel: no OpenCL device: %s\n", reason);
-    return HARNESS_SKIP;
+    return present;
   }
   const ferry_cl_api *api = ferry__opencl_api();
   CHECK(api != NULL);

@@ -402,20 +402,10 @@ int main(void) {
     fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
     return 1;
   }
-  ferry_backend_info b = {0};
-  bool found = false;
-  for (size_t i = 0; i < ferry_backend_count() && !found; i++)
-    found = ferry_backend_get(i, &b) == FERRY_OK && strcmp(b.name, "vulkan") == 0;
+  ferry_backend_info b;
+  int present = harness_backend_devices("vulkan", "vulkan_backend", &b);
   ferry_shutdown();
-  if (!found || b.device_count == 0) {
-    const char *why = found ? b.status : "not in this build";
-    if (harness_backend_required("vulkan")) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names vulkan, but it has no device: %s\n", why);
-      return 1;
-    }
-    printf("SKIP vulkan_backend: no Vulkan device: %s\n", why);
-    return HARNESS_SKIP;
-  }
+  if (present != 0) return present;
   const char *preset = getenv("FERRY_VULKAN_DEBUG");
   if (preset) {
     run_mode(preset);

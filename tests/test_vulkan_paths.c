@@ -59,20 +59,10 @@ int main(void) {
     fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
     return 1;
   }
-  ferry_backend_info b = {0};
-  bool found = false;
-  for (size_t i = 0; i < ferry_backend_count() && !found; i++)
-    found = ferry_backend_get(i, &b) == FERRY_OK && strcmp(b.name, "vulkan") == 0;
+  ferry_backend_info b;
+  int present = harness_backend_devices("vulkan", "vulkan_paths", &b);
   ferry_shutdown();
-  if (!found || b.device_count == 0) {
-    const char *why = found ? b.status : "not in this build";
-    if (harness_backend_required("vulkan")) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names vulkan, but it has no device: %s\n", why);
-      return 1;
-    }
-    printf("SKIP vulkan_paths: no Vulkan device: %s\n", why);
-    return HARNESS_SKIP;
-  }
+  if (present != 0) return present;
   const char *modes[] = {"staging", "staging,noncoherent,suballoc", "suballoc,noncoherent"};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
     run_mode(modes[m]);
