@@ -343,11 +343,16 @@ static void threads(ferry_device *dev, const ferry_device_info *info) {
 /* ---- modes ------------------------------------------------------------------------------- */
 
 static void paths_taken(ferry_device *dev, const ferry_device_info *info, const char *mode) {
-  (void)info;
   vkb_device *d = dev->impl;
   if (strstr(mode, "staging")) CHECK(!d->mapped);
   if (strstr(mode, "noncoherent")) CHECK(!d->buf_type.coherent && !d->staging_type.coherent);
   if (strstr(mode, "suballoc") && !strstr(mode, "nosuballoc")) CHECK(d->suballoc);
+  const char *spin = getenv("FERRY_VULKAN_SPIN_US");
+  if (spin)
+    CHECK_MSG(d->spin_ns == strtoull(spin, NULL, 10) * 1000, "spin_ns %llu with FERRY_VULKAN_SPIN_US=%s",
+              (unsigned long long)d->spin_ns, spin);
+  else
+    CHECK(d->spin_ns == (info->is_cpu ? 0 : 2000000u));
   char lanes[64];
   if (d->xfer != d->compute)
     snprintf(lanes, sizeof lanes, "queue families %u (exposed) and %u (transfers)", d->compute->family,
@@ -367,7 +372,9 @@ static void run_mode(const char *mode) {
     ferry_device_get(i, &dev);
     ferry_device_info_get(dev, &info);
     if (strcmp(info.backend, "vulkan") != 0) continue;
-    printf("device %zu (%s)%s%s\n", info.index, info.name, *mode ? ", FERRY_VULKAN_DEBUG=" : "", mode);
+    const char *spin = getenv("FERRY_VULKAN_SPIN_US");
+    printf("device %zu (%s)%s%s%s%s\n", info.index, info.name, *mode ? ", FERRY_VULKAN_DEBUG=" : "", mode,
+           spin ? ", FERRY_VULKAN_SPIN_US=" : "", spin ? spin : "");
     paths_taken(dev, &info, mode);
     info_from_driver(dev, &info);
     failures(dev, &info);
@@ -410,12 +417,23 @@ int main(void) {
   if (preset) {
     run_mode(preset);
   } else {
+    /* With each mode, how long fence waits poll (NULL: the device's default): on
+     * lavapipe only the polled runs take the polling path. */
     const char *modes[] = {"", "staging", "staging,noncoherent,suballoc", "suballoc", "staging,noshader,transferqueue"};
+    const char *spins[] = {NULL, "100000", "20", NULL, "0"};
+    const char *preset_spin = getenv("FERRY_VULKAN_SPIN_US");
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
       setenv("FERRY_VULKAN_DEBUG", modes[m], 1);
+      if (!preset_spin) {
+        if (spins[m])
+          setenv("FERRY_VULKAN_SPIN_US", spins[m], 1);
+        else
+          unsetenv("FERRY_VULKAN_SPIN_US");
+      }
       run_mode(modes[m]);
     }
     unsetenv("FERRY_VULKAN_DEBUG");
+    if (!preset_spin) unsetenv("FERRY_VULKAN_SPIN_US");
   }
   wrong_library("/nonexistent/libvulkan.so.1", "/nonexistent/libvulkan.so.1");
   wrong_library("libm.so.6", "vkGetInstanceProcAddr");

@@ -82,12 +82,23 @@ static void read_options(void) {
   const char *chunk = getenv("FERRY_VULKAN_CHUNK");
   size_t c;
   if (chunk && parse_bytes(chunk, &c)) vkb_opts.chunk = c < 65536 ? 65536 : c;
-  /* The copy shader's shape, for tuning on new hardware. */
-  vkb_opts.copy_unroll = 8; /* H200 sweep (2026-12-02): 8 or 1 best, 1833 GB/s at 1 GiB against 1796 for 4 */
-  vkb_opts.copy_groups = 65535;
+  /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
+   * timestamps around the dispatch, 1 GiB): one word per invocation and a group
+   * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
+   * or eight words per step, 517-526 us. */
+  vkb_opts.copy_unroll = 1;
+  vkb_opts.copy_groups = 0;
   const char *unroll = getenv("FERRY_VULKAN_COPY_UNROLL"), *groups = getenv("FERRY_VULKAN_COPY_GROUPS");
   if (unroll && parse_bytes(unroll, &c) && c <= 16) vkb_opts.copy_unroll = (uint32_t)c;
-  if (groups && parse_bytes(groups, &c) && c <= 65535) vkb_opts.copy_groups = (uint32_t)c;
+  if (groups && parse_bytes(groups, &c) && c <= UINT32_MAX) vkb_opts.copy_groups = (uint32_t)c;
+  vkb_opts.spin_us = -1;
+  const char *spin = getenv("FERRY_VULKAN_SPIN_US");
+  if (spin && *spin) {
+    char *end;
+    errno = 0;
+    unsigned long long us = strtoull(spin, &end, 10);
+    if (!errno && *end == '\0' && us <= 60000000ull) vkb_opts.spin_us = (long long)us;
+  }
 }
 
 /* ---- ops ---------------------------------------------------------------------- */
@@ -265,6 +276,14 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   snprintf(dev->label, sizeof dev->label, "vulkan device %u (%s)", index, d->props.deviceName);
   d->unified = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
+  /* A thread that waits for a GPU polls its fence for up to 2 ms before it sleeps:
+   * NVIDIA's vkWaitForFences wakes 20-50 us after the fence signals (a tenth of a
+   * 1 GiB copy within an H200), polling sees it within 1-3 us. A CPU device's
+   * work runs on the host's processors, which polling would take from it. */
+  if (vkb_opts.spin_us >= 0)
+    d->spin_ns = (uint64_t)vkb_opts.spin_us * 1000;
+  else
+    d->spin_ns = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : 2000000;
 
   device_extensions ext;
   uint32_t compute_family = 0, transfer_family = UINT32_MAX;

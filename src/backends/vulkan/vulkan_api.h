@@ -779,6 +779,7 @@ typedef PFN_vkVoidFunction(FERRY_VKAPI *PFN_vkGetDeviceProcAddr)(VkDevice, const
   X(VkResult, vkCreateFence, (VkDevice, const VkFenceCreateInfo *, const void *, VkFence *))                           \
   X(void, vkDestroyFence, (VkDevice, VkFence, const void *))                                                           \
   X(VkResult, vkResetFences, (VkDevice, uint32_t, const VkFence *))                                                    \
+  X(VkResult, vkGetFenceStatus, (VkDevice, VkFence))                                                                   \
   X(VkResult, vkWaitForFences, (VkDevice, uint32_t, const VkFence *, VkBool32, uint64_t))
 
 /* Instance-level functions of Vulkan 1.1 (NULL before 1.1: ferry then uses the 1.0 queries). */

@@ -158,7 +158,8 @@ typedef struct vkb_device {
   vkb_type buf_type, staging_type;
   VkDeviceSize buf_align, atom;
   uint64_t max_allocation, total_memory;
-  size_t chunk; /* staging chunk bytes */
+  size_t chunk;     /* staging chunk bytes */
+  uint64_t spin_ns; /* fence waits poll this long before they sleep in vkWaitForFences (0 on CPU devices) */
   PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties;
 
   pthread_mutex_t ring_lock;  /* the staging ring, one transfer at a time */
@@ -186,8 +187,9 @@ typedef struct vkb_options {
   bool noshader;        /* "noshader": copies within the device by vkCmdCopyBuffer only */
   bool shader;          /* "shader": the copy shader also where buffers are mapped (CPU devices) */
   size_t chunk;         /* FERRY_VULKAN_CHUNK: bytes per staging chunk (default 16 MiB) */
-  uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (8) */
-  uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (65535) */
+  uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (1) */
+  uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (0: the device's limit) */
+  long long spin_us;    /* FERRY_VULKAN_SPIN_US: how long a wait polls its fence before it sleeps (-1: per device) */
 } vkb_options;
 extern vkb_options vkb_opts;
 

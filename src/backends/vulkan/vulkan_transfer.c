@@ -30,9 +30,11 @@
  */
 #include "vulkan_internal.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define VKB_SHADER_COPY_MIN ((VkDeviceSize)1 << 20)
 #define VKB_SHADER_PIECE    ((VkDeviceSize)1 << 30) /* bytes one descriptor set covers, at most */
@@ -210,25 +212,54 @@ static void pool_destroy(vkb_device *d, VkCommandPool *pool, vkb_cmd *cmds, unsi
   memset(cmds, 0, n * sizeof *cmds);
 }
 
+static uint64_t monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Waits for a fence: polls it for up to d->spin_ns (yielding the processor between
+ * polls), then sleeps in vkWaitForFences. *call names the call that failed. */
+static VkResult fence_wait(vkb_device *d, VkFence fence, const char **call) {
+  const ferry_vk_api *v = vk();
+  if (d->spin_ns) {
+    *call = "vkGetFenceStatus";
+    uint64_t start = monotonic_ns();
+    for (;;) {
+      VkResult r = v->vkGetFenceStatus(d->device, fence);
+      if (r != VK_NOT_READY) return r;
+      if (monotonic_ns() - start >= d->spin_ns) break;
+      sched_yield();
+    }
+  }
+  *call = "vkWaitForFences";
+  return v->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX);
+}
+
 /* Waits for the command buffer's last submission, if any. */
-static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c) {
+static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c, const char **call) {
   if (!c->pending) return VK_SUCCESS;
-  VkResult r = vk()->vkWaitForFences(d->device, 1, &c->fence, VK_TRUE, UINT64_MAX);
-  if (r == VK_SUCCESS) r = vk()->vkResetFences(d->device, 1, &c->fence);
+  VkResult r = fence_wait(d, c->fence, call);
+  if (r == VK_SUCCESS) {
+    *call = "vkResetFences";
+    r = vk()->vkResetFences(d->device, 1, &c->fence);
+  }
   if (r == VK_SUCCESS) c->pending = false;
   return r;
 }
 
 static ferry_status cmd_wait(ferry_device *dev, vkb_cmd *c, const char *what) {
-  VkResult r = cmd_wait_raw(dev->impl, c);
-  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkWaitForFences", r, "for %s", what);
+  const char *call = NULL;
+  VkResult r = cmd_wait_raw(dev->impl, c, &call);
+  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, call, r, "for %s", what);
 }
 
 /* Waits for every pending command buffer of a set; keeps the first failure's sentence. */
 static ferry_status cmd_wait_all(ferry_device *dev, vkb_cmd *cmds, unsigned n, ferry_status st, const char *what) {
   for (unsigned i = 0; i < n; i++) {
-    VkResult r = cmd_wait_raw(dev->impl, &cmds[i]);
-    if (r != VK_SUCCESS && st == FERRY_OK) st = vkb_fail(dev, "vkWaitForFences", r, "for %s", what);
+    const char *call = NULL;
+    VkResult r = cmd_wait_raw(dev->impl, &cmds[i], &call);
+    if (r != VK_SUCCESS && st == FERRY_OK) st = vkb_fail(dev, call, r, "for %s", what);
   }
   return st;
 }
@@ -462,6 +493,8 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
   VkDeviceSize piece = VKB_SHADER_PIECE;
   VkDeviceSize range_limit = d->props.limits.maxStorageBufferRange;
   if (piece > range_limit - align) piece = (range_limit - align) / 16 * 16;
+  uint64_t max_groups = d->props.limits.maxComputeWorkGroupCount[0];
+  if (vkb_opts.copy_groups && vkb_opts.copy_groups < max_groups) max_groups = vkb_opts.copy_groups;
   vkb_ctx *c = NULL;
   ferry_status st = ctx_take(dev, d->compute, &c);
   if (st != FERRY_OK) return st;
@@ -502,7 +535,7 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
     for (unsigned i = 0; i < pieces; i++) {
       uint64_t per_group = (uint64_t)VKB_COPY_GROUP * d->copier.unroll;
       uint64_t groups = (push[i].count + per_group - 1) / per_group;
-      if (groups > vkb_opts.copy_groups) groups = vkb_opts.copy_groups; /* the shader strides over the rest */
+      if (groups > max_groups) groups = max_groups; /* the shader strides over the rest */
       v->vkCmdBindDescriptorSets(c->cmd.cb, VK_PIPELINE_BIND_POINT_COMPUTE, d->copier.layout, 0, 1, &c->sets[i], 0,
                                  NULL);
       v->vkCmdPushConstants(c->cmd.cb, d->copier.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push[i], &push[i]);
