@@ -5,7 +5,8 @@
  *   bench_cuda [--quick] [--csv FILE] [--device N] [--sweep]
  *
  * Each figure is the median of repeats (9; 5 for 1 GiB transfers; 3 with
- * --quick), the raw call measured in the same run, and the ratio:
+ * --quick; ferry's and the raw call's repeats alternate, each after one untimed
+ * call), the raw call measured in the same run, and the ratio:
  *  - h2d / d2h of 1 GiB from malloc'd memory: ferry vs cuMemcpy from the same
  *    pageable memory, and vs cuMemcpy from cuMemAllocHost memory (target: ferry
  *    at least 50 GB/s);
@@ -208,9 +209,27 @@ static int iters_for(size_t bytes) {
   return n < 1 ? 1 : n > 200 ? 200 : (int)n;
 }
 
+/* Median seconds per call of f and of r, their repeats alternating: the GPU's
+ * clocks drift (after the idle alloc+free rows, say), and timing all of one
+ * before the other charged that to whichever went first (64-byte d2h: 1.19x in
+ * one run, 1.01x in another). */
+static void time_pair(const job *f, const job *r, int reps, int iters, double *tf, double *tr) {
+  double sf[MAX_SAMPLES], sr[MAX_SAMPLES];
+  if (reps > MAX_SAMPLES) reps = MAX_SAMPLES;
+  run(f);
+  run(r);
+  for (int k = 0; k < reps; k++) {
+    sf[k] = time_job(f, 1, iters);
+    sr[k] = time_job(r, 1, iters);
+  }
+  *tf = bench_median(sf, reps);
+  *tr = bench_median(sr, reps);
+}
+
 static void bandwidth_row(const char *test, job f, job r, const char *raw_call, target_kind target, double limit) {
   int reps = reps_for(f.bytes), iters = iters_for(f.bytes);
-  double tf = time_job(&f, reps, iters), tr = time_job(&r, reps, iters);
+  double tf, tr;
+  time_pair(&f, &r, reps, iters, &tf, &tr);
   row out = {test, f.bytes, gbs(f.bytes, tf), gbs(r.bytes, tr), "GB/s", raw_call, target, limit, reps};
   emit(&out);
 }
@@ -218,7 +237,8 @@ static void bandwidth_row(const char *test, job f, job r, const char *raw_call, 
 static void latency_row(const char *test, job f, job r, const char *raw_call, target_kind target, double limit,
                         int iters) {
   int reps = quick ? 3 : 9;
-  double tf = time_job(&f, reps, iters), tr = time_job(&r, reps, iters);
+  double tf, tr;
+  time_pair(&f, &r, reps, iters, &tf, &tr);
   row out = {test, f.bytes, tf * 1e6, tr * 1e6, "us", raw_call, target, limit, reps};
   emit(&out);
 }
