@@ -11,8 +11,8 @@
  *     (where two such buffers fit), against the raw Vulkan calls.
  *   with CUDA: the same transfers by cuMemcpyHtoD / cuMemcpyDtoH from
  *     cuMemAllocHost memory and cuMemcpyDtoD on the first CUDA device. Target for
- *     a GPU's Vulkan device: h2d and d2h >= 0.9x CUDA pinned, d2d >= 0.9x
- *     cuMemcpyDtoD.
+ *     a GPU's Vulkan device, at 1 GiB: h2d and d2h from pinned memory >= 0.9x
+ *     CUDA pinned, d2d >= 0.9x cuMemcpyDtoD.
  *
  * Every figure is the median of the repeats (9, or 3 with --quick), ferry and
  * the baseline alternating, each timed call right after an untimed call of the
@@ -226,7 +226,8 @@ static void transfers(ferry_device *dev, const ferry_device_info *info, const ra
   check(ferry_alloc(dev, bytes, FERRY_UINT8, &a), "ferry_alloc");
   check(ferry_alloc(dev, bytes, FERRY_UINT8, &b), "ferry_alloc");
   cuda_ref cu = info->is_cpu ? (cuda_ref){0} : cuda_figures(bytes);
-  double target = cu.have ? 0.9 : 0;
+  /* The targets are for 1 GiB; at 256 MiB the rows are shown without one. */
+  double target = cu.have && bytes >= ((size_t)1 << 30) ? 0.9 : 0;
   double f, base;
 
   op fw = {.kind = OP_WRITE, .buf = a, .host = host, .bytes = bytes};

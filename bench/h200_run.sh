@@ -16,7 +16,7 @@ mkdir -p /tmp/icd && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/ic
 export OCL_ICD_VENDORS=/tmp/icd
 [ -f /usr/share/vulkan/icd.d/nvidia_icd.json ] || export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 
-echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -sr), $(nproc) cores, commit $(git rev-parse --short HEAD 2>/dev/null)"
+echo "== $(date -u +%Y-%m-%dT%H:%M:%SZ) $(uname -sr), $(nproc) cores, git $(git describe --always --dirty 2>/dev/null) (where the device's copy of .git lags the tree, this says dirty)"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null && cmake --build build -j "$(nproc)" 2>&1 | grep -E "error|warning:"
 build/ferry info
