@@ -173,5 +173,8 @@ void ferry__host_move(void *dst, const void *src, size_t n);
 
 /* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
 const char *ferry__bytes_text(uint64_t bytes, char buf[64]);
+/* Reads a byte count like "512M", "2G" or "1048576" from the environment (the
+ * core's variables and the backends' own); false when unset or not a number. */
+bool ferry__env_bytes(const char *name, uint64_t *out);
 
 #endif /* FERRY_CORE_BACKEND_H */

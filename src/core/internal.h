@@ -67,9 +67,6 @@ ferry_status ferry__cache_trim(ferry_device *dev);
 
 void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
 
-/* Reads a byte count like "512M", "2G" or "1048576" from the environment. */
-bool ferry__env_bytes(const char *name, uint64_t *out);
-
 /* ---- pipelined transfers (staging.c) ----------------------------------- */
 
 void ferry__stage_init(ferry_device *dev);

@@ -40,27 +40,6 @@ ferry_status vkb_fail(const ferry_device *dev, const char *call, VkResult r, con
 
 /* ---- options ------------------------------------------------------------------ */
 
-static bool parse_bytes(const char *s, size_t *out) {
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  unsigned shift = 0;
-  switch (*end) {
-  case 'k':
-  case 'K': shift = 10; break;
-  case 'm':
-  case 'M': shift = 20; break;
-  case 'g':
-  case 'G': shift = 30; break;
-  case '\0': break;
-  default: return false;
-  }
-  if (v == 0 || v > ((unsigned long long)SIZE_MAX >> shift)) return false;
-  *out = (size_t)v << shift;
-  return true;
-}
-
 static void read_options(void) {
   memset(&vkb_opts, 0, sizeof vkb_opts);
   vkb_opts.chunk = VKB_DEFAULT_CHUNK;
@@ -79,18 +58,17 @@ static void read_options(void) {
       if (strcmp(w, "shader") == 0) vkb_opts.shader = true;
     }
   }
-  const char *chunk = getenv("FERRY_VULKAN_CHUNK");
-  size_t c;
-  if (chunk && parse_bytes(chunk, &c)) vkb_opts.chunk = c < 65536 ? 65536 : c;
+  uint64_t v;
+  if (ferry__env_bytes("FERRY_VULKAN_CHUNK", &v) && v > 0 && v <= SIZE_MAX)
+    vkb_opts.chunk = v < 65536 ? 65536 : (size_t)v;
   /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
    * timestamps around the dispatch, 1 GiB): one word per invocation and a group
    * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
    * or eight words per step, 517-526 us. */
   vkb_opts.copy_unroll = 1;
   vkb_opts.copy_groups = 0;
-  const char *unroll = getenv("FERRY_VULKAN_COPY_UNROLL"), *groups = getenv("FERRY_VULKAN_COPY_GROUPS");
-  if (unroll && parse_bytes(unroll, &c) && c <= 16) vkb_opts.copy_unroll = (uint32_t)c;
-  if (groups && parse_bytes(groups, &c) && c <= UINT32_MAX) vkb_opts.copy_groups = (uint32_t)c;
+  if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) vkb_opts.copy_unroll = (uint32_t)v;
+  if (ferry__env_bytes("FERRY_VULKAN_COPY_GROUPS", &v) && v > 0 && v <= UINT32_MAX) vkb_opts.copy_groups = (uint32_t)v;
   vkb_opts.spin_us = -1;
   const char *spin = getenv("FERRY_VULKAN_SPIN_US");
   if (spin && *spin) {
