@@ -101,6 +101,13 @@ void vk_api_unload(void) {
   api_ready = false;
 }
 
+/* Unloads the loader after a failure's sentence is written: the sentences name
+ * the library, which unloading forgets. */
+static ferry_status unloaded(ferry_status st) {
+  vk_api_unload();
+  return st;
+}
+
 ferry_status vk_api_load(void) {
   vk_api_unload();
   const char *env = getenv("FERRY_VULKAN_LIBRARY");
@@ -117,22 +124,14 @@ ferry_status vk_api_load(void) {
                        env && *env ? ", named by FERRY_VULKAN_LIBRARY" : "; on Debian/Ubuntu: libvulkan1");
   }
   api.vkGetInstanceProcAddr = gipa_from(dlsym(api.library, "vkGetInstanceProcAddr"));
-  if (!api.vkGetInstanceProcAddr) {
-    char name[256];
-    snprintf(name, sizeof name, "%s", api.library_name);
-    vk_api_unload();
-    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no vkGetInstanceProcAddr: it is not a Vulkan loader", name);
-  }
+  if (!api.vkGetInstanceProcAddr)
+    return unloaded(ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no vkGetInstanceProcAddr: it is not a Vulkan loader",
+                                api.library_name));
   const char *missing = NULL;
   VkInstance inst = NULL;
   FERRY_VK_GLOBAL_FUNCTIONS(LOAD_REQUIRED)
   FERRY_VK_OPTIONAL_GLOBAL_FUNCTIONS(LOAD_OPTIONAL)
-  if (missing) {
-    char name[256];
-    snprintf(name, sizeof name, "%s", api.library_name);
-    vk_api_unload();
-    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s lacks %s", name, missing);
-  }
+  if (missing) return unloaded(ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s lacks %s", api.library_name, missing));
 
   /* Vulkan 1.1 is needed for maxMemoryAllocationSize and host-pointer import; a
    * 1.0 loader still works, with fewer facts about each device. */
@@ -169,21 +168,14 @@ ferry_status vk_api_load(void) {
   VKB_DRIVER_STARTUP_END();
   if (r != VK_SUCCESS) {
     api.instance = NULL;
-    char name[256];
-    snprintf(name, sizeof name, "%s", api.library_name);
-    vk_api_unload();
-    return ferry__fail(r == VK_ERROR_INCOMPATIBLE_DRIVER ? FERRY_ERROR_UNSUPPORTED : FERRY_ERROR_BACKEND,
-                       "vkCreateInstance (through %s) returned %s (%d)%s", name, ferry__vulkan_result_name(r), (int)r,
-                       r == VK_ERROR_INCOMPATIBLE_DRIVER ? ": no Vulkan driver (ICD) is installed" : "");
+    return unloaded(ferry__fail(r == VK_ERROR_INCOMPATIBLE_DRIVER ? FERRY_ERROR_UNSUPPORTED : FERRY_ERROR_BACKEND,
+                                "vkCreateInstance (through %s) returned %s (%d)%s", api.library_name,
+                                ferry__vulkan_result_name(r), (int)r,
+                                r == VK_ERROR_INCOMPATIBLE_DRIVER ? ": no Vulkan driver (ICD) is installed" : ""));
   }
   inst = api.instance;
   FERRY_VK_INSTANCE_FUNCTIONS(LOAD_REQUIRED)
-  if (missing) {
-    char name[256];
-    snprintf(name, sizeof name, "%s", api.library_name);
-    vk_api_unload();
-    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s lacks %s", name, missing);
-  }
+  if (missing) return unloaded(ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s lacks %s", api.library_name, missing));
   if (api.instance_version >= VK_API_VERSION_1_1) {
     FERRY_VK_OPTIONAL_INSTANCE_FUNCTIONS(LOAD_OPTIONAL)
   }
