@@ -76,6 +76,16 @@ int harness_backend_devices(const char *backend, const char *test, ferry_backend
   return HARNESS_SKIP;
 }
 
+int harness_start_backend(const char *backend, const char *test, ferry_backend_info *out) {
+  if (ferry_init() != FERRY_OK) {
+    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
+    return 1;
+  }
+  int present = harness_backend_devices(backend, test, out);
+  if (present != 0) ferry_shutdown();
+  return present;
+}
+
 void *harness_aligned(size_t align, size_t bytes) {
   void *p = NULL;
   if (align < sizeof(void *)) align = sizeof(void *);

@@ -66,6 +66,11 @@ bool harness_backend_required(const char *backend);
  * prints a failure and returns 1. */
 int harness_backend_devices(const char *backend, const char *test, ferry_backend_info *out);
 
+/* A backend test's start: ferry_init, then harness_backend_devices. Returns 0 with
+ * ferry initialised and *out filled; else the exit status (1 when ferry_init
+ * fails, saying why), with ferry shut down again. */
+int harness_start_backend(const char *backend, const char *test, ferry_backend_info *out);
+
 /* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
 void *harness_aligned(size_t align, size_t bytes);
 

@@ -388,40 +388,25 @@ static void faulting_kernel(void) {
 
 /* ---- main ------------------------------------------------------------------------------------------ */
 
-/* The cuda backend's devices; 0 with a reason printed when there are none. */
-static size_t cuda_devices(ferry_device **out, size_t max) {
-  size_t n = 0;
-  for (size_t i = 0; i < ferry_backend_count(); i++) {
-    ferry_backend_info b;
-    if (ferry_backend_get(i, &b) != FERRY_OK || strcmp(b.name, "cuda") != 0) continue;
-    if (b.device_count == 0) printf("SKIP cuda_kernel: no CUDA device: %s\n", b.status);
-    for (size_t d = 0; d < b.device_count && n < max; d++)
-      if (ferry_device_get(b.first_device + d, &out[n]) == FERRY_OK) n++;
-  }
-  return n;
-}
-
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 2 && strcmp(argv[1], "--fault") == 0) return fault_child();
   static const char *const modes[] = {"stream", "memops", "bounce"};
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
     setenv("FERRY_CUDA_H2D", modes[m], 1);
-    if (ferry_init() != FERRY_OK) {
-      fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-      return 1;
+    ferry_backend_info b;
+    int present = harness_start_backend("cuda", "cuda_kernel", &b);
+    if (present != 0) return present;
+    api = ferry__cuda_api();
+    CHECK(api != NULL);
+    if (!api) {
+      ferry_shutdown();
+      return harness_finish("cuda_kernel");
     }
     ferry_device *devs[16];
-    size_t count = cuda_devices(devs, 16);
-    api = ferry__cuda_api();
-    if (count == 0 || !api) {
-      ferry_shutdown();
-      if (harness_backend_required("cuda")) {
-        fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names cuda, but it has no device\n");
-        return 1;
-      }
-      return HARNESS_SKIP;
-    }
+    size_t count = 0;
+    for (size_t d = 0; d < b.device_count && count < 16; d++)
+      if (ferry_device_get(b.first_device + d, &devs[count]) == FERRY_OK) count++;
     for (size_t d = 0; d < count; d++) {
       ferry_device_info info;
       CHECK_OK(ferry_device_info_get(devs[d], &info));

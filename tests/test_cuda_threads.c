@@ -129,16 +129,9 @@ static void *work(void *arg) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (ferry_init() != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info b;
-  int present = harness_backend_devices("cuda", "cuda_threads", &b);
-  if (present != 0) {
-    ferry_shutdown();
-    return present;
-  }
+  int present = harness_start_backend("cuda", "cuda_threads", &b);
+  if (present != 0) return present;
   for (size_t d = 0; d < b.device_count && dev_count < 16; d++)
     if (ferry_device_get(b.first_device + d, &devs[dev_count]) == FERRY_OK) dev_count++;
   api = ferry__cuda_api();

@@ -666,16 +666,9 @@ static void loading(void) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   error_names();
-  if (ferry_init() != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info backend;
-  int present = harness_backend_devices("opencl", "opencl_backend", &backend);
-  if (present != 0) {
-    ferry_shutdown();
-    return present;
-  }
+  int present = harness_start_backend("opencl", "opencl_backend", &backend);
+  if (present != 0) return present;
   const ferry_cl_api *api = ferry__opencl_api();
   CHECK(api != NULL);
   char context[512];

@@ -183,16 +183,9 @@ static bool build_kernel(const ferry_cl_api *api, const ferry_native *nat, kerne
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (ferry_init() != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info backend;
-  int present = harness_backend_devices("opencl", "opencl_kernel", &backend);
-  if (present != 0) {
-    ferry_shutdown();
-    return present;
-  }
+  int present = harness_start_backend("opencl", "opencl_kernel", &backend);
+  if (present != 0) return present;
   const ferry_cl_api *api = ferry__opencl_api();
   CHECK(api != NULL);
   char context[512];

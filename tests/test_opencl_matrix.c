@@ -21,17 +21,6 @@
 
 extern char **environ;
 
-static size_t opencl_devices(void) {
-  size_t n = 0;
-  if (ferry_init() != FERRY_OK) return 0;
-  for (size_t i = 0; i < ferry_backend_count(); i++) {
-    ferry_backend_info b;
-    if (ferry_backend_get(i, &b) == FERRY_OK && strcmp(b.name, "opencl") == 0) n = b.device_count;
-  }
-  ferry_shutdown();
-  return n;
-}
-
 /* Runs ferry_conformance with the arguments; its exit code (77: skipped). */
 static int run(const char *conformance, const char *arg1, const char *arg2) {
   char *argv[] = {(char *)conformance, (char *)arg1, (char *)arg2, NULL};
@@ -50,15 +39,10 @@ int main(int argc, char **argv) {
   (void)argc;
   setvbuf(stdout, NULL, _IOLBF, 0);
   setenv("POCL_DEVICES", "pthread pthread", 0);
-  size_t n = opencl_devices();
-  if (n == 0) {
-    if (harness_backend_required("opencl")) {
-      fprintf(stderr, "FAIL: FERRY_REQUIRE_BACKENDS names opencl, but it has no device\n");
-      return 1;
-    }
-    printf("SKIP opencl_matrix: no OpenCL device\n");
-    return HARNESS_SKIP;
-  }
+  ferry_backend_info b;
+  int present = harness_start_backend("opencl", "opencl_matrix", &b);
+  if (present != 0) return present;
+  ferry_shutdown();
   /* ferry_conformance lies beside this program. */
   char self[4096], conformance[4200];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -70,7 +54,8 @@ int main(int argc, char **argv) {
   if (slash) *slash = '\0';
   snprintf(conformance, sizeof conformance, "%s/ferry_conformance", slash ? self : ".");
 
-  printf("%zu OpenCL device(s)%s\n", n, n < 2 ? ": the cross-context pairs are not reached" : "");
+  printf("%zu OpenCL device(s)%s\n", b.device_count,
+         b.device_count < 2 ? ": the cross-context pairs are not reached" : "");
   static const char *const pipeline[] = {"", "1"};
   for (int p = 0; p < 2; p++) {
     if (*pipeline[p])

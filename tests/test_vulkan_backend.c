@@ -405,14 +405,10 @@ static void wrong_library(const char *path, const char *expect) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (ferry_init() != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info b;
-  int present = harness_backend_devices("vulkan", "vulkan_backend", &b);
-  ferry_shutdown();
+  int present = harness_start_backend("vulkan", "vulkan_backend", &b);
   if (present != 0) return present;
+  ferry_shutdown();
   const char *preset = getenv("FERRY_VULKAN_DEBUG");
   if (preset) {
     run_mode(preset);

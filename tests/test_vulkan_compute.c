@@ -345,15 +345,10 @@ static int run_devices(const char *mode) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  ferry_status st = ferry_init();
-  if (st != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info b;
-  int present = harness_backend_devices("vulkan", "vulkan_compute", &b);
-  ferry_shutdown();
+  int present = harness_start_backend("vulkan", "vulkan_compute", &b);
   if (present != 0) return present;
+  ferry_shutdown();
 
   const char *preset = getenv("FERRY_VULKAN_DEBUG");
   run_devices(preset ? preset : "");

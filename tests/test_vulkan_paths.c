@@ -55,14 +55,10 @@ static void run_mode(const char *mode) {
 
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
-  if (ferry_init() != FERRY_OK) {
-    fprintf(stderr, "FAIL: ferry_init: %s\n", ferry_last_error());
-    return 1;
-  }
   ferry_backend_info b;
-  int present = harness_backend_devices("vulkan", "vulkan_paths", &b);
-  ferry_shutdown();
+  int present = harness_start_backend("vulkan", "vulkan_paths", &b);
   if (present != 0) return present;
+  ferry_shutdown();
   const char *modes[] = {"staging", "staging,noncoherent,suballoc", "suballoc,noncoherent"};
   /* The staging paths wait for fences most: once polling them (as on a GPU), once as the device comes. */
   bool preset_spin = getenv("FERRY_VULKAN_SPIN_US") != NULL;
