@@ -108,19 +108,13 @@ static void run(const job *j) {
 
 static void run_once(job j) { run(&j); }
 
-/* Median seconds per operation: `reps` samples of `iters` operations each,
- * after one operation to warm up. */
-static double time_job(const job *j, int reps, int iters) {
-  double samples[MAX_SAMPLES];
-  if (reps > MAX_SAMPLES) reps = MAX_SAMPLES;
+/* Seconds per operation over `iters` operations, after one untimed operation. */
+static double time_job(const job *j, int iters) {
   run(j);
-  for (int r = 0; r < reps; r++) {
-    double t0 = bench_seconds();
-    for (int i = 0; i < iters; i++)
-      run(j);
-    samples[r] = (bench_seconds() - t0) / iters;
-  }
-  return bench_median(samples, reps);
+  double t0 = bench_seconds();
+  for (int i = 0; i < iters; i++)
+    run(j);
+  return (bench_seconds() - t0) / iters;
 }
 
 /* ---- output ------------------------------------------------------------------------- */
@@ -216,11 +210,9 @@ static int iters_for(size_t bytes) {
 static void time_pair(const job *f, const job *r, int reps, int iters, double *tf, double *tr) {
   double sf[MAX_SAMPLES], sr[MAX_SAMPLES];
   if (reps > MAX_SAMPLES) reps = MAX_SAMPLES;
-  run(f);
-  run(r);
   for (int k = 0; k < reps; k++) {
-    sf[k] = time_job(f, 1, iters);
-    sr[k] = time_job(r, 1, iters);
+    sf[k] = time_job(f, iters);
+    sr[k] = time_job(r, iters);
   }
   *tf = bench_median(sf, reps);
   *tr = bench_median(sr, reps);
