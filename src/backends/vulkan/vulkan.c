@@ -19,14 +19,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-vkb_options vkb_opts;
+vkb_options ferry__vkb_opts;
 
-bool vkb_is_oom(VkResult r) {
+bool ferry__vkb_is_oom(VkResult r) {
   return r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_TOO_MANY_OBJECTS ||
          r == VK_ERROR_FRAGMENTATION || r == VK_ERROR_OUT_OF_POOL_MEMORY;
 }
 
-ferry_status vkb_fail(const ferry_device *dev, const char *call, VkResult r, const char *fmt, ...) {
+ferry_status ferry__vkb_fail(const ferry_device *dev, const char *call, VkResult r, const char *fmt, ...) {
   char detail[768] = "";
   if (fmt) {
     va_list ap;
@@ -34,48 +34,50 @@ ferry_status vkb_fail(const ferry_device *dev, const char *call, VkResult r, con
     vsnprintf(detail, sizeof detail, fmt, ap);
     va_end(ap);
   }
-  return ferry__fail(vkb_is_oom(r) ? FERRY_ERROR_OUT_OF_MEMORY : FERRY_ERROR_BACKEND, "%s returned %s (%d) on %s%s%s",
-                     call, ferry__vulkan_result_name(r), (int)r, dev->label, detail[0] ? " " : "", detail);
+  return ferry__fail(ferry__vkb_is_oom(r) ? FERRY_ERROR_OUT_OF_MEMORY : FERRY_ERROR_BACKEND,
+                     "%s returned %s (%d) on %s%s%s", call, ferry__vulkan_result_name(r), (int)r, dev->label,
+                     detail[0] ? " " : "", detail);
 }
 
 /* ---- options ------------------------------------------------------------------ */
 
 static void read_options(void) {
-  memset(&vkb_opts, 0, sizeof vkb_opts);
-  vkb_opts.chunk = VKB_DEFAULT_CHUNK;
+  memset(&ferry__vkb_opts, 0, sizeof ferry__vkb_opts);
+  ferry__vkb_opts.chunk = VKB_DEFAULT_CHUNK;
   const char *dbg = getenv("FERRY_VULKAN_DEBUG");
   if (dbg) {
     char copy[256];
     snprintf(copy, sizeof copy, "%s", dbg);
     char *save = NULL;
     for (char *w = strtok_r(copy, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
-      if (strcmp(w, "staging") == 0) vkb_opts.staging = true;
-      if (strcmp(w, "noncoherent") == 0) vkb_opts.noncoherent = true;
-      if (strcmp(w, "suballoc") == 0) vkb_opts.suballoc = true;
-      if (strcmp(w, "nosuballoc") == 0) vkb_opts.nosuballoc = true;
-      if (strcmp(w, "transferqueue") == 0) vkb_opts.transferqueue = true;
-      if (strcmp(w, "noshader") == 0) vkb_opts.noshader = true;
-      if (strcmp(w, "shader") == 0) vkb_opts.shader = true;
+      if (strcmp(w, "staging") == 0) ferry__vkb_opts.staging = true;
+      if (strcmp(w, "noncoherent") == 0) ferry__vkb_opts.noncoherent = true;
+      if (strcmp(w, "suballoc") == 0) ferry__vkb_opts.suballoc = true;
+      if (strcmp(w, "nosuballoc") == 0) ferry__vkb_opts.nosuballoc = true;
+      if (strcmp(w, "transferqueue") == 0) ferry__vkb_opts.transferqueue = true;
+      if (strcmp(w, "noshader") == 0) ferry__vkb_opts.noshader = true;
+      if (strcmp(w, "shader") == 0) ferry__vkb_opts.shader = true;
     }
   }
   uint64_t v;
   if (ferry__env_bytes("FERRY_VULKAN_CHUNK", &v) && v > 0 && v <= SIZE_MAX)
-    vkb_opts.chunk = v < 65536 ? 65536 : (size_t)v;
+    ferry__vkb_opts.chunk = v < 65536 ? 65536 : (size_t)v;
   /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
    * timestamps around the dispatch, 1 GiB): one word per invocation and a group
    * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
    * or eight words per step, 517-526 us. */
-  vkb_opts.copy_unroll = 1;
-  vkb_opts.copy_groups = 0;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) vkb_opts.copy_unroll = (uint32_t)v;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_GROUPS", &v) && v > 0 && v <= UINT32_MAX) vkb_opts.copy_groups = (uint32_t)v;
-  vkb_opts.spin_us = -1;
+  ferry__vkb_opts.copy_unroll = 1;
+  ferry__vkb_opts.copy_groups = 0;
+  if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) ferry__vkb_opts.copy_unroll = (uint32_t)v;
+  if (ferry__env_bytes("FERRY_VULKAN_COPY_GROUPS", &v) && v > 0 && v <= UINT32_MAX)
+    ferry__vkb_opts.copy_groups = (uint32_t)v;
+  ferry__vkb_opts.spin_us = -1;
   const char *spin = getenv("FERRY_VULKAN_SPIN_US");
   if (spin && *spin) {
     char *end;
     errno = 0;
     unsigned long long us = strtoull(spin, &end, 10);
-    if (!errno && *end == '\0' && us <= 60000000ull) vkb_opts.spin_us = (long long)us;
+    if (!errno && *end == '\0' && us <= 60000000ull) ferry__vkb_opts.spin_us = (long long)us;
   }
 }
 
@@ -93,10 +95,10 @@ static ferry_status vkb_native(const ferry_device *dev, ferry_native *out) {
 static void device_close(vkb_device *d) {
   if (!d) return;
   if (d->device) {
-    vk()->vkDeviceWaitIdle(d->device);
-    vkb_transfer_teardown(d);
-    vkb_memory_teardown(d);
-    vk()->vkDestroyDevice(d->device, NULL);
+    ferry__vk()->vkDeviceWaitIdle(d->device);
+    ferry__vkb_transfer_teardown(d);
+    ferry__vkb_memory_teardown(d);
+    ferry__vk()->vkDestroyDevice(d->device, NULL);
   }
   if (d->locks_ready) {
     pthread_mutex_destroy(&d->ring_lock);
@@ -119,22 +121,22 @@ static void vkb_destroy(ferry_device *dev) {
 }
 
 static const ferry_device_ops vkb_ops = {
-    .alloc = vkb_alloc,
-    .free = vkb_free,
-    .write = vkb_write,
-    .read = vkb_read,
-    .copy = vkb_copy,
-    .host_ptr_import = vkb_host_ptr_import,
-    .host_ptr_sync = vkb_host_ptr_sync,
-    .host_ptr_release = vkb_host_ptr_release,
-    .host_alloc = vkb_host_alloc,
-    .host_free = vkb_host_free,
-    .synchronize = vkb_synchronize,
+    .alloc = ferry__vkb_alloc,
+    .free = ferry__vkb_free,
+    .write = ferry__vkb_write,
+    .read = ferry__vkb_read,
+    .copy = ferry__vkb_copy,
+    .host_ptr_import = ferry__vkb_host_ptr_import,
+    .host_ptr_sync = ferry__vkb_host_ptr_sync,
+    .host_ptr_release = ferry__vkb_host_ptr_release,
+    .host_alloc = ferry__vkb_host_alloc,
+    .host_free = ferry__vkb_host_free,
+    .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
-    .free_memory = vkb_free_memory,
-    .write_async = vkb_write_async,
-    .read_async = vkb_read_async,
-    .wait_slot = vkb_wait_slot,
+    .free_memory = ferry__vkb_free_memory,
+    .write_async = ferry__vkb_write_async,
+    .read_async = ferry__vkb_read_async,
+    .wait_slot = ferry__vkb_wait_slot,
     .destroy = vkb_destroy,
 };
 
@@ -148,15 +150,15 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
   vkb_device *d = dev->impl;
   memset(out, 0, sizeof *out);
   uint32_t n = 0;
-  VkResult r = vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL);
-  if (r != VK_SUCCESS) return vkb_fail(dev, "vkEnumerateDeviceExtensionProperties", r, NULL);
+  VkResult r = ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL);
+  if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkEnumerateDeviceExtensionProperties", r, NULL);
   if (n == 0) return FERRY_OK;
   VkExtensionProperties *ext = calloc(n, sizeof *ext);
   if (!ext) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u extension names", n);
-  r = vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, ext);
+  r = ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, ext);
   if (r < 0) {
     free(ext);
-    return vkb_fail(dev, "vkEnumerateDeviceExtensionProperties", r, NULL);
+    return ferry__vkb_fail(dev, "vkEnumerateDeviceExtensionProperties", r, NULL);
   }
   for (uint32_t i = 0; i < n; i++) {
     const char *e = ext[i].extensionName;
@@ -177,10 +179,10 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
 static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint32_t *out_transfer) {
   vkb_device *d = dev->impl;
   uint32_t n = 0;
-  vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, NULL);
+  ferry__vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, NULL);
   VkQueueFamilyProperties *fam = n ? calloc(n, sizeof *fam) : NULL;
   if (n && !fam) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u queue families", n);
-  if (n) vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, fam);
+  if (n) ferry__vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, fam);
   uint32_t pick = UINT32_MAX, transfer = UINT32_MAX;
   for (uint32_t i = 0; i < n && pick == UINT32_MAX; i++)
     if (fam[i].queueCount > 0 && (fam[i].queueFlags & VK_QUEUE_COMPUTE_BIT)) pick = i;
@@ -194,7 +196,7 @@ static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint
     return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no queue family that can compute (of %u families)", dev->label,
                        n);
   *out_compute = pick;
-  *out_transfer = vkb_opts.transferqueue ? transfer : UINT32_MAX;
+  *out_transfer = ferry__vkb_opts.transferqueue ? transfer : UINT32_MAX;
   return FERRY_OK;
 }
 
@@ -221,7 +223,7 @@ static void read_limits(vkb_device *d, const device_extensions *ext, bool v11, V
     *tail = &host;
     tail = &host.pNext;
   }
-  vk()->vkGetPhysicalDeviceProperties2(d->phys, &p2);
+  ferry__vk()->vkGetPhysicalDeviceProperties2(d->phys, &p2);
   *max_memory_allocation = m3.maxMemoryAllocationSize;
   if (has_m4) *max_buffer = m4.maxBufferSize;
   if (ext->host_memory) *host_ptr_alignment = host.minImportedHostPointerAlignment;
@@ -229,12 +231,12 @@ static void read_limits(vkb_device *d, const device_extensions *ext, bool v11, V
 
 /* Can a buffer with ferry's usage be created over host memory? */
 static bool host_import_supported(vkb_device *d) {
-  if (!vk()->vkGetPhysicalDeviceExternalBufferProperties) return true; /* the import itself will tell */
+  if (!ferry__vk()->vkGetPhysicalDeviceExternalBufferProperties) return true; /* the import itself will tell */
   VkPhysicalDeviceExternalBufferInfo info = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO,
                                              .usage = VKB_BUFFER_USAGE,
                                              .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
   VkExternalBufferProperties props = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES};
-  vk()->vkGetPhysicalDeviceExternalBufferProperties(d->phys, &info, &props);
+  ferry__vk()->vkGetPhysicalDeviceExternalBufferProperties(d->phys, &info, &props);
   return (props.externalMemoryProperties.externalMemoryFeatures & VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT) != 0;
 }
 
@@ -248,9 +250,9 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   pthread_mutex_init(&d->copier.lock, NULL);
   d->locks_ready = true;
 
-  vk()->vkGetPhysicalDeviceProperties(phys, &d->props);
+  ferry__vk()->vkGetPhysicalDeviceProperties(phys, &d->props);
   d->props.deviceName[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE - 1] = '\0';
-  vk()->vkGetPhysicalDeviceMemoryProperties(phys, &d->memory);
+  ferry__vk()->vkGetPhysicalDeviceMemoryProperties(phys, &d->memory);
   snprintf(dev->label, sizeof dev->label, "vulkan device %u (%s)", index, d->props.deviceName);
   d->unified = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
@@ -258,8 +260,8 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
    * NVIDIA's vkWaitForFences wakes 20-50 us after the fence signals (a tenth of a
    * 1 GiB copy within an H200), polling sees it within 1-3 us. A CPU device's
    * work runs on the host's processors, which polling would take from it. */
-  if (vkb_opts.spin_us >= 0)
-    d->spin_ns = (uint64_t)vkb_opts.spin_us * 1000;
+  if (ferry__vkb_opts.spin_us >= 0)
+    d->spin_ns = (uint64_t)ferry__vkb_opts.spin_us * 1000;
   else
     d->spin_ns = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : 2000000;
 
@@ -268,8 +270,8 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   ferry_status st = read_extensions(dev, &ext);
   if (st == FERRY_OK) st = pick_families(dev, &compute_family, &transfer_family);
   if (st != FERRY_OK) return st;
-  bool v11 = vk()->instance_version >= VK_API_VERSION_1_1 && d->props.apiVersion >= VK_API_VERSION_1_1 &&
-             vk()->vkGetPhysicalDeviceProperties2 && vk()->vkGetPhysicalDeviceMemoryProperties2;
+  bool v11 = ferry__vk()->instance_version >= VK_API_VERSION_1_1 && d->props.apiVersion >= VK_API_VERSION_1_1 &&
+             ferry__vk()->vkGetPhysicalDeviceProperties2 && ferry__vk()->vkGetPhysicalDeviceMemoryProperties2;
   VkDeviceSize max_memory_allocation, max_buffer, host_alignment;
   read_limits(d, &ext, v11, &max_memory_allocation, &max_buffer, &host_alignment);
 
@@ -296,17 +298,17 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
                              .enabledExtensionCount = count,
                              .ppEnabledExtensionNames = count ? names : NULL};
   VKB_DRIVER_STARTUP_BEGIN();
-  VkResult r = vk()->vkCreateDevice(phys, &info, NULL, &d->device);
+  VkResult r = ferry__vk()->vkCreateDevice(phys, &info, NULL, &d->device);
   VKB_DRIVER_STARTUP_END();
   if (r != VK_SUCCESS) {
     d->device = NULL;
-    return vkb_fail(dev, "vkCreateDevice", r, "with %u extension(s) and queues of %u famil%s", count, queue_count,
-                    queue_count == 1 ? "y" : "ies");
+    return ferry__vkb_fail(dev, "vkCreateDevice", r, "with %u extension(s) and queues of %u famil%s", count,
+                           queue_count, queue_count == 1 ? "y" : "ies");
   }
   for (uint32_t i = 0; i < queue_count; i++) {
     vkb_lane *lane = &d->lanes[i];
     lane->family = queues[i].queueFamilyIndex;
-    vk()->vkGetDeviceQueue(d->device, lane->family, 0, &lane->queue);
+    ferry__vk()->vkGetDeviceQueue(d->device, lane->family, 0, &lane->queue);
     pthread_mutex_init(&lane->lock, NULL);
     pthread_mutex_init(&lane->ctx_lock, NULL);
     lane->ready = true;
@@ -317,17 +319,17 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   d->xfer = &d->lanes[queue_count - 1];
   d->budget = ext.budget && v11;
   if (want_host) {
-    d->get_host_pointer_properties = (PFN_vkGetMemoryHostPointerPropertiesEXT)vk()->vkGetDeviceProcAddr(
+    d->get_host_pointer_properties = (PFN_vkGetMemoryHostPointerPropertiesEXT)ferry__vk()->vkGetDeviceProcAddr(
         d->device, "vkGetMemoryHostPointerPropertiesEXT");
     d->host_ptr = d->get_host_pointer_properties != NULL;
     d->host_ptr_alignment = (size_t)host_alignment;
   }
 
-  if ((st = vkb_memory_setup(dev)) != FERRY_OK) return st;
+  if ((st = ferry__vkb_memory_setup(dev)) != FERRY_OK) return st;
   if (max_memory_allocation && max_memory_allocation < d->max_allocation) d->max_allocation = max_memory_allocation;
   if (max_buffer && max_buffer < d->max_allocation) d->max_allocation = max_buffer;
   if (d->max_allocation > SIZE_MAX) d->max_allocation = SIZE_MAX;
-  return vkb_transfer_setup(dev);
+  return ferry__vkb_transfer_setup(dev);
 }
 
 /* ---- the backend ------------------------------------------------------------------ */
@@ -337,29 +339,29 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
     return ferry__fail(FERRY_ERROR_UNSUPPORTED,
                        "a VkBuffer (64 bits) does not fit in ferry_device_ptr's uintptr_t on this platform");
   read_options();
-  ferry_status st = vk_api_load();
+  ferry_status st = ferry__vk_api_load();
   if (st != FERRY_OK) return st;
   uint32_t n = 0;
   VKB_DRIVER_STARTUP_BEGIN();
-  VkResult r = vk()->vkEnumeratePhysicalDevices(vk()->instance, &n, NULL);
+  VkResult r = ferry__vk()->vkEnumeratePhysicalDevices(ferry__vk()->instance, &n, NULL);
   VKB_DRIVER_STARTUP_END();
   VkPhysicalDevice *phys = NULL;
   if (r == VK_SUCCESS && n > 0) {
     phys = calloc(n, sizeof *phys);
     if (!phys) {
-      vk_api_unload();
+      ferry__vk_api_unload();
       return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u Vulkan devices", n);
     }
     VKB_DRIVER_STARTUP_BEGIN();
-    r = vk()->vkEnumeratePhysicalDevices(vk()->instance, &n, phys);
+    r = ferry__vk()->vkEnumeratePhysicalDevices(ferry__vk()->instance, &n, phys);
     VKB_DRIVER_STARTUP_END();
     if (r == VK_INCOMPLETE) r = VK_SUCCESS;
   }
   if (r != VK_SUCCESS || n == 0) {
     free(phys);
     char lib[256];
-    snprintf(lib, sizeof lib, "%s", vk()->library_name);
-    vk_api_unload();
+    snprintf(lib, sizeof lib, "%s", ferry__vk()->library_name);
+    ferry__vk_api_unload();
     if (r != VK_SUCCESS)
       return ferry__fail(FERRY_ERROR_BACKEND, "vkEnumeratePhysicalDevices (through %s) returned %s (%d)", lib,
                          ferry__vulkan_result_name(r), (int)r);
@@ -408,10 +410,10 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
   }
   free(phys);
   if (added == 0) {
-    vk_api_unload();
+    ferry__vk_api_unload();
     return ferry__fail(FERRY_ERROR_BACKEND, "none of the %u Vulkan device(s) could be opened: %s", n, first_error);
   }
   return FERRY_OK;
 }
 
-const ferry_backend ferry_backend_vulkan = {.name = "vulkan", .probe = vulkan_probe, .unload = vk_api_unload};
+const ferry_backend ferry_backend_vulkan = {.name = "vulkan", .probe = vulkan_probe, .unload = ferry__vk_api_unload};

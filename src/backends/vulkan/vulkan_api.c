@@ -94,7 +94,7 @@ static bool instance_extension(const char *name) {
   return found;
 }
 
-void vk_api_unload(void) {
+void ferry__vk_api_unload(void) {
   if (api.instance && api.vkDestroyInstance) api.vkDestroyInstance(api.instance, NULL);
   if (api.library) dlclose(api.library);
   memset(&api, 0, sizeof api);
@@ -104,12 +104,12 @@ void vk_api_unload(void) {
 /* Unloads the loader after a failure's sentence is written: the sentences name
  * the library, which unloading forgets. */
 static ferry_status unloaded(ferry_status st) {
-  vk_api_unload();
+  ferry__vk_api_unload();
   return st;
 }
 
-ferry_status vk_api_load(void) {
-  vk_api_unload();
+ferry_status ferry__vk_api_load(void) {
+  ferry__vk_api_unload();
   const char *env = getenv("FERRY_VULKAN_LIBRARY");
   const char *path = env && *env ? env : default_library();
   snprintf(api.library_name, sizeof api.library_name, "%s", path);
@@ -184,4 +184,4 @@ ferry_status vk_api_load(void) {
   return FERRY_OK;
 }
 
-const ferry_vk_api *vk(void) { return &api; }
+const ferry_vk_api *ferry__vk(void) { return &api; }

@@ -191,7 +191,7 @@ typedef struct vkb_options {
   uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (0: the device's limit) */
   long long spin_us;    /* FERRY_VULKAN_SPIN_US: how long a wait polls its fence before it sleeps (-1: per device) */
 } vkb_options;
-extern vkb_options vkb_opts;
+extern vkb_options ferry__vkb_opts;
 
 /* Under LeakSanitizer (ASan builds), what the driver allocates while it starts
  * (vkCreateInstance loads the drivers, vkEnumeratePhysicalDevices and
@@ -218,54 +218,57 @@ void __lsan_enable(void);
 #endif
 
 /* ---- vulkan_api.c ---------------------------------------------------------- */
-ferry_status vk_api_load(void);
-void vk_api_unload(void);
-const ferry_vk_api *vk(void); /* the table, also while it is being filled */
+ferry_status ferry__vk_api_load(void);
+void ferry__vk_api_unload(void);
+const ferry_vk_api *ferry__vk(void); /* the table, also while it is being filled */
 
 /* ---- vulkan.c --------------------------------------------------------------
  * Every function takes the ferry_device; during probe, before the core has
  * numbered the device, a stand-in with the same impl and a label of our own. */
 /* Sets the sentence "<call> <details> returned VK_X (n) on <device>" and returns
  * FERRY_ERROR_OUT_OF_MEMORY for the out-of-memory codes, else FERRY_ERROR_BACKEND. */
-ferry_status vkb_fail(const ferry_device *dev, const char *call, VkResult r, const char *fmt, ...) FERRY_PRINTF(4, 5);
-bool vkb_is_oom(VkResult r);
+ferry_status ferry__vkb_fail(const ferry_device *dev, const char *call, VkResult r, const char *fmt, ...)
+    FERRY_PRINTF(4, 5);
+bool ferry__vkb_is_oom(VkResult r);
 
 /* ---- vulkan_memory.c ------------------------------------------------------- */
 /* How every buffer ferry makes is shared between the families of its queues. */
-void vkb_sharing(const vkb_device *d, VkBufferCreateInfo *info);
-ferry_status vkb_memory_setup(ferry_device *dev); /* memory types, alignment, limits */
-void vkb_memory_teardown(vkb_device *d);          /* blocks and pinned blocks left over */
+void ferry__vkb_sharing(const vkb_device *d, VkBufferCreateInfo *info);
+ferry_status ferry__vkb_memory_setup(ferry_device *dev); /* memory types, alignment, limits */
+void ferry__vkb_memory_teardown(vkb_device *d);          /* blocks and pinned blocks left over */
 /* Describes a heap for messages: "heap 0 of 80 GiB (…), 12 GiB free". */
-const char *vkb_heap_text(vkb_device *d, uint32_t heap, char buf[256]);
-uint64_t vkb_free_memory(ferry_device *dev);
-ferry_status vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out);
-ferry_status vkb_free(ferry_device *dev, ferry_mem *mem);
-ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out, ferry_refusal *why);
-ferry_status vkb_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir);
-ferry_status vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem);
-ferry_status vkb_host_alloc(ferry_device *dev, size_t bytes, void **out);
-void vkb_host_free(ferry_device *dev, void *ptr, size_t bytes);
+const char *ferry__vkb_heap_text(vkb_device *d, uint32_t heap, char buf[256]);
+uint64_t ferry__vkb_free_memory(ferry_device *dev);
+ferry_status ferry__vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out);
+ferry_status ferry__vkb_free(ferry_device *dev, ferry_mem *mem);
+ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                        ferry_refusal *why);
+ferry_status ferry__vkb_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir);
+ferry_status ferry__vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem);
+ferry_status ferry__vkb_host_alloc(ferry_device *dev, size_t bytes, void **out);
+void ferry__vkb_host_free(ferry_device *dev, void *ptr, size_t bytes);
 /* The pinned block holding [ptr, ptr + bytes), or NULL. */
-vkb_host_block *vkb_host_find(vkb_device *d, const void *ptr, size_t bytes);
+vkb_host_block *ferry__vkb_host_find(vkb_device *d, const void *ptr, size_t bytes);
 /* A host-visible buffer of `bytes` for staging (the ring), mapped. */
-ferry_status vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer, VkDeviceMemory *out_memory,
-                                VkDeviceSize *out_mem_size, char **out_map);
+ferry_status ferry__vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer,
+                                       VkDeviceMemory *out_memory, VkDeviceSize *out_mem_size, char **out_map);
 /* Flush (host writes to the device) or invalidate (device writes to the host) a
  * range of mapped memory, widened to nonCoherentAtomSize. */
-ferry_status vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize mem_size, VkDeviceSize offset,
-                       VkDeviceSize bytes, bool to_device);
+ferry_status ferry__vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize mem_size, VkDeviceSize offset,
+                              VkDeviceSize bytes, bool to_device);
 
 /* ---- vulkan_transfer.c ----------------------------------------------------- */
-ferry_status vkb_transfer_setup(ferry_device *dev);
-void vkb_transfer_teardown(vkb_device *d);
-ferry_status vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes);
-ferry_status vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes);
-ferry_status vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t bytes);
-ferry_status vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes,
-                             unsigned slot);
-ferry_status vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes,
-                            unsigned slot);
-ferry_status vkb_wait_slot(ferry_device *dev, unsigned slot);
-ferry_status vkb_synchronize(ferry_device *dev);
+ferry_status ferry__vkb_transfer_setup(ferry_device *dev);
+void ferry__vkb_transfer_teardown(vkb_device *d);
+ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes);
+ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes);
+ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                             size_t bytes);
+ferry_status ferry__vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes,
+                                    unsigned slot);
+ferry_status ferry__vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes,
+                                   unsigned slot);
+ferry_status ferry__vkb_wait_slot(ferry_device *dev, unsigned slot);
+ferry_status ferry__vkb_synchronize(ferry_device *dev);
 
 #endif /* FERRY_VULKAN_INTERNAL_H */

@@ -28,7 +28,7 @@ static VkDeviceSize round_up(VkDeviceSize v, VkDeviceSize align) {
   return align > 1 ? (v + align - 1) / align * align : v;
 }
 
-void vkb_sharing(const vkb_device *d, VkBufferCreateInfo *info) {
+void ferry__vkb_sharing(const vkb_device *d, VkBufferCreateInfo *info) {
   if (d->family_count > 1) {
     info->sharingMode = VK_SHARING_MODE_CONCURRENT;
     info->queueFamilyIndexCount = d->family_count;
@@ -46,7 +46,7 @@ static vkb_type type_of(const vkb_device *d, uint32_t index) {
   t.index = index;
   t.flags = d->memory.memoryTypes[index].propertyFlags;
   t.heap = d->memory.memoryTypes[index].heapIndex;
-  t.coherent = (t.flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) && !vkb_opts.noncoherent;
+  t.coherent = (t.flags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT) && !ferry__vkb_opts.noncoherent;
   return t;
 }
 
@@ -112,14 +112,14 @@ static void score_import(const vkb_device *d, VkFlags f, int s[3]) {
   s[2] = 0;
 }
 
-const char *vkb_heap_text(vkb_device *d, uint32_t heap, char buf[256]) {
+const char *ferry__vkb_heap_text(vkb_device *d, uint32_t heap, char buf[256]) {
   char size[64], free_text[64];
   uint64_t free_bytes = 0;
-  if (d->budget && vk()->vkGetPhysicalDeviceMemoryProperties2) {
+  if (d->budget && ferry__vk()->vkGetPhysicalDeviceMemoryProperties2) {
     VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {.sType =
                                                        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
     VkPhysicalDeviceMemoryProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &b};
-    vk()->vkGetPhysicalDeviceMemoryProperties2(d->phys, &p);
+    ferry__vk()->vkGetPhysicalDeviceMemoryProperties2(d->phys, &p);
     if (heap < VK_MAX_MEMORY_HEAPS && b.heapBudget[heap] > b.heapUsage[heap])
       free_bytes = b.heapBudget[heap] - b.heapUsage[heap];
   }
@@ -129,13 +129,13 @@ const char *vkb_heap_text(vkb_device *d, uint32_t heap, char buf[256]) {
   return buf;
 }
 
-uint64_t vkb_free_memory(ferry_device *dev) {
+uint64_t ferry__vkb_free_memory(ferry_device *dev) {
   vkb_device *d = dev->impl;
-  if (!d->budget || !vk()->vkGetPhysicalDeviceMemoryProperties2 || d->buf_type.index == VKB_NO_TYPE) return 0;
+  if (!d->budget || !ferry__vk()->vkGetPhysicalDeviceMemoryProperties2 || d->buf_type.index == VKB_NO_TYPE) return 0;
   VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {.sType =
                                                      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
   VkPhysicalDeviceMemoryProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &b};
-  vk()->vkGetPhysicalDeviceMemoryProperties2(d->phys, &p);
+  ferry__vk()->vkGetPhysicalDeviceMemoryProperties2(d->phys, &p);
   uint32_t h = d->buf_type.heap;
   return b.heapBudget[h] > b.heapUsage[h] ? b.heapBudget[h] - b.heapUsage[h] : 0;
 }
@@ -148,16 +148,16 @@ static ferry_status probe_requirements(ferry_device *dev, VkFlags usage, VkMemor
                              .size = 4096,
                              .usage = usage,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  vkb_sharing(d, &info);
+  ferry__vkb_sharing(d, &info);
   VkBuffer b = VK_NULL_HANDLE;
-  VkResult r = vk()->vkCreateBuffer(d->device, &info, NULL, &b);
-  if (r != VK_SUCCESS) return vkb_fail(dev, "vkCreateBuffer", r, "for a 4096-byte buffer (usage 0x%x)", usage);
-  vk()->vkGetBufferMemoryRequirements(d->device, b, out);
-  vk()->vkDestroyBuffer(d->device, b, NULL);
+  VkResult r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &b);
+  if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a 4096-byte buffer (usage 0x%x)", usage);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, b, out);
+  ferry__vk()->vkDestroyBuffer(d->device, b, NULL);
   return FERRY_OK;
 }
 
-ferry_status vkb_memory_setup(ferry_device *dev) {
+ferry_status ferry__vkb_memory_setup(ferry_device *dev) {
   vkb_device *d = dev->impl;
   VkMemoryRequirements buf_req, staging_req;
   ferry_status st = probe_requirements(dev, VKB_BUFFER_USAGE, &buf_req);
@@ -174,10 +174,10 @@ ferry_status vkb_memory_setup(ferry_device *dev) {
   d->buf_align = buf_req.alignment ? buf_req.alignment : 1;
   d->atom = d->props.limits.nonCoherentAtomSize ? d->props.limits.nonCoherentAtomSize : 1;
   VkFlags f = d->buf_type.flags;
-  d->mapped = !vkb_opts.staging && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
+  d->mapped = !ferry__vkb_opts.staging && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) &&
               (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT) && (d->unified || !(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT));
-  d->suballoc =
-      !vkb_opts.nosuballoc && (vkb_opts.suballoc || d->props.limits.maxMemoryAllocationCount < VKB_SUBALLOC_LIMIT);
+  d->suballoc = !ferry__vkb_opts.nosuballoc &&
+                (ferry__vkb_opts.suballoc || d->props.limits.maxMemoryAllocationCount < VKB_SUBALLOC_LIMIT);
 
   /* Sizes: the buffer type's heap bounds one buffer; total memory is the largest device-local heap. */
   d->max_allocation = d->memory.memoryHeaps[d->buf_type.heap].size;
@@ -195,8 +195,8 @@ ferry_status vkb_memory_setup(ferry_device *dev) {
 
 /* ---- flushing ----------------------------------------------------------------- */
 
-ferry_status vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize mem_size, VkDeviceSize offset,
-                       VkDeviceSize bytes, bool to_device) {
+ferry_status ferry__vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize mem_size, VkDeviceSize offset,
+                              VkDeviceSize bytes, bool to_device) {
   vkb_device *d = dev->impl;
   VkDeviceSize start = offset / d->atom * d->atom;
   VkDeviceSize end = round_up(offset + bytes, d->atom);
@@ -204,12 +204,12 @@ ferry_status vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize me
                                .memory = memory,
                                .offset = start,
                                .size = end >= mem_size ? VK_WHOLE_SIZE : end - start};
-  VkResult r = to_device ? vk()->vkFlushMappedMemoryRanges(d->device, 1, &range)
-                         : vk()->vkInvalidateMappedMemoryRanges(d->device, 1, &range);
+  VkResult r = to_device ? ferry__vk()->vkFlushMappedMemoryRanges(d->device, 1, &range)
+                         : ferry__vk()->vkInvalidateMappedMemoryRanges(d->device, 1, &range);
   if (r != VK_SUCCESS)
-    return vkb_fail(dev, to_device ? "vkFlushMappedMemoryRanges" : "vkInvalidateMappedMemoryRanges", r,
-                    "for bytes %llu..%llu of a mapping", (unsigned long long)offset,
-                    (unsigned long long)(offset + bytes));
+    return ferry__vkb_fail(dev, to_device ? "vkFlushMappedMemoryRanges" : "vkInvalidateMappedMemoryRanges", r,
+                           "for bytes %llu..%llu of a mapping", (unsigned long long)offset,
+                           (unsigned long long)(offset + bytes));
   return FERRY_OK;
 }
 
@@ -223,15 +223,16 @@ static ferry_status allocate(ferry_device *dev, VkDeviceSize bytes, const vkb_ty
                                .pNext = next,
                                .allocationSize = bytes,
                                .memoryTypeIndex = type->index};
-  VkResult r = vk()->vkAllocateMemory(d->device, &info, NULL, out);
+  VkResult r = ferry__vk()->vkAllocateMemory(d->device, &info, NULL, out);
   if (r != VK_SUCCESS) {
     *out = VK_NULL_HANDLE;
     char size[64], heap[256], count[160] = "";
     if (r == VK_ERROR_TOO_MANY_OBJECTS)
       snprintf(count, sizeof count, " (%llu allocations live; the driver allows %u)",
                (unsigned long long)atomic_load(&d->allocations), d->props.limits.maxMemoryAllocationCount);
-    return vkb_fail(dev, "vkAllocateMemory", r, "for %s in memory type %u (%s)%s", ferry__bytes_text(bytes, size),
-                    type->index, vkb_heap_text(d, type->heap, heap), count);
+    return ferry__vkb_fail(dev, "vkAllocateMemory", r, "for %s in memory type %u (%s)%s",
+                           ferry__bytes_text(bytes, size), type->index, ferry__vkb_heap_text(d, type->heap, heap),
+                           count);
   }
   atomic_fetch_add(&d->allocations, 1);
   return FERRY_OK;
@@ -239,18 +240,18 @@ static ferry_status allocate(ferry_device *dev, VkDeviceSize bytes, const vkb_ty
 
 static void release(vkb_device *d, VkDeviceMemory memory) {
   if (!memory) return;
-  vk()->vkFreeMemory(d->device, memory, NULL);
+  ferry__vk()->vkFreeMemory(d->device, memory, NULL);
   atomic_fetch_sub(&d->allocations, 1);
 }
 
 static ferry_status map_memory(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize bytes, char **out) {
   vkb_device *d = dev->impl;
   void *p = NULL;
-  VkResult r = vk()->vkMapMemory(d->device, memory, 0, VK_WHOLE_SIZE, 0, &p);
+  VkResult r = ferry__vk()->vkMapMemory(d->device, memory, 0, VK_WHOLE_SIZE, 0, &p);
   if (r != VK_SUCCESS || !p) {
     char size[64];
-    return vkb_fail(dev, "vkMapMemory", r == VK_SUCCESS ? VK_ERROR_MEMORY_MAP_FAILED : r, "for %s",
-                    ferry__bytes_text(bytes, size));
+    return ferry__vkb_fail(dev, "vkMapMemory", r == VK_SUCCESS ? VK_ERROR_MEMORY_MAP_FAILED : r, "for %s",
+                           ferry__bytes_text(bytes, size));
   }
   *out = p;
   return FERRY_OK;
@@ -374,7 +375,7 @@ static ferry_status own_memory(ferry_device *dev, const VkMemoryRequirements *re
   return st;
 }
 
-ferry_status vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
+ferry_status ferry__vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   vkb_device *d = dev->impl;
   char size[64];
   vkb_buffer *a = calloc(1, sizeof *a);
@@ -383,16 +384,17 @@ ferry_status vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
                              .size = bytes,
                              .usage = VKB_BUFFER_USAGE,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  vkb_sharing(d, &info);
-  VkResult r = vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
+  ferry__vkb_sharing(d, &info);
+  VkResult r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
   if (r != VK_SUCCESS) {
     char heap[256];
     free(a);
-    return vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s in memory type %u (%s)",
-                    ferry__bytes_text(bytes, size), d->buf_type.index, vkb_heap_text(d, d->buf_type.heap, heap));
+    return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s in memory type %u (%s)",
+                           ferry__bytes_text(bytes, size), d->buf_type.index,
+                           ferry__vkb_heap_text(d, d->buf_type.heap, heap));
   }
   VkMemoryRequirements req;
-  vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
   ferry_status st;
   if (!(req.memoryTypeBits & (1u << d->buf_type.index)))
     st = ferry__fail(FERRY_ERROR_BACKEND,
@@ -403,16 +405,17 @@ ferry_status vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
     st = block_take(dev, &req, a);
   else
     st = own_memory(dev, &req, a);
-  if (st == FERRY_OK && (r = vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, a->offset)) != VK_SUCCESS) {
-    st = vkb_fail(dev, "vkBindBufferMemory", r, "for a %s buffer at offset %llu", ferry__bytes_text(bytes, size),
-                  (unsigned long long)a->offset);
+  if (st == FERRY_OK &&
+      (r = ferry__vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, a->offset)) != VK_SUCCESS) {
+    st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a %s buffer at offset %llu", ferry__bytes_text(bytes, size),
+                         (unsigned long long)a->offset);
     if (a->block)
       block_give(d, a);
     else
       release(d, a->memory);
   }
   if (st != FERRY_OK) {
-    vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+    ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
     free(a);
     return st;
   }
@@ -423,10 +426,10 @@ ferry_status vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   return FERRY_OK;
 }
 
-ferry_status vkb_free(ferry_device *dev, ferry_mem *mem) {
+ferry_status ferry__vkb_free(ferry_device *dev, ferry_mem *mem) {
   vkb_device *d = dev->impl;
   vkb_buffer *a = mem->impl;
-  vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+  ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
   if (a->block)
     block_give(d, a);
   else
@@ -437,7 +440,8 @@ ferry_status vkb_free(ferry_device *dev, ferry_mem *mem) {
 
 /* ---- buffers over the user's array ------------------------------------------------- */
 
-ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out, ferry_refusal *why) {
+ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                        ferry_refusal *why) {
   vkb_device *d = dev->impl;
   char size[64];
   *why = FERRY_REFUSAL_DRIVER;
@@ -445,8 +449,8 @@ ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, fe
   VkResult r =
       d->get_host_pointer_properties(d->device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &props);
   if (r != VK_SUCCESS)
-    return vkb_fail(dev, "vkGetMemoryHostPointerPropertiesEXT", r, "for host memory at %p (%s)", host,
-                    ferry__bytes_text(bytes, size));
+    return ferry__vkb_fail(dev, "vkGetMemoryHostPointerPropertiesEXT", r, "for host memory at %p (%s)", host,
+                           ferry__bytes_text(bytes, size));
   vkb_buffer *a = calloc(1, sizeof *a);
   if (!a) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a buffer on %s", dev->label);
   VkExternalMemoryBufferCreateInfo external = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
@@ -456,14 +460,15 @@ ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, fe
                              .size = bytes,
                              .usage = VKB_BUFFER_USAGE,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  vkb_sharing(d, &info);
-  r = vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
+  ferry__vkb_sharing(d, &info);
+  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
   if (r != VK_SUCCESS) {
     free(a);
-    return vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s over host memory", ferry__bytes_text(bytes, size));
+    return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s over host memory",
+                           ferry__bytes_text(bytes, size));
   }
   VkMemoryRequirements req;
-  vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
   vkb_type type = type_of(d, best_type(d, req.memoryTypeBits & props.memoryTypeBits, score_import));
   ferry_status st = FERRY_OK;
   if (type.index == VKB_NO_TYPE)
@@ -479,9 +484,9 @@ ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, fe
                                              .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
                                              .pHostPointer = host};
   if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &a->memory);
-  if (st == FERRY_OK && (r = vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, 0)) != VK_SUCCESS) {
-    st = vkb_fail(dev, "vkBindBufferMemory", r, "for a buffer over host memory at %p (%s)", host,
-                  ferry__bytes_text(bytes, size));
+  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, 0)) != VK_SUCCESS) {
+    st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a buffer over host memory at %p (%s)", host,
+                         ferry__bytes_text(bytes, size));
   }
   a->coherent = type.coherent;
   char *mapping = NULL;
@@ -492,7 +497,7 @@ ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, fe
   }
   if (st != FERRY_OK) {
     release(d, a->memory);
-    vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+    ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
     free(a);
     return st;
   }
@@ -505,18 +510,19 @@ ferry_status vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, fe
   return FERRY_OK;
 }
 
-ferry_status vkb_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
+ferry_status ferry__vkb_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
   vkb_buffer *a = mem->impl;
   if (a->coherent) return FERRY_OK; /* ferry's own transfers are complete; the host sees every byte */
-  return vkb_flush(dev, a->memory, a->mem_size, 0, a->bytes, dir == FERRY_SYNC_TO_DEVICE);
+  return ferry__vkb_flush(dev, a->memory, a->mem_size, 0, a->bytes, dir == FERRY_SYNC_TO_DEVICE);
 }
 
-ferry_status vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
+ferry_status ferry__vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   vkb_device *d = dev->impl;
   vkb_buffer *a = mem->impl;
   ferry_status st = FERRY_OK;
-  if (!a->coherent) st = vkb_flush(dev, a->memory, a->mem_size, 0, a->bytes, false); /* the array's latest bytes */
-  vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+  if (!a->coherent)
+    st = ferry__vkb_flush(dev, a->memory, a->mem_size, 0, a->bytes, false); /* the array's latest bytes */
+  ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
   release(d, a->memory);
   free(a);
   return st;
@@ -524,21 +530,21 @@ ferry_status vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
 
 /* ---- pinned host memory and staging buffers ---------------------------------------- */
 
-ferry_status vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer, VkDeviceMemory *out_memory,
-                                VkDeviceSize *out_mem_size, char **out_map) {
+ferry_status ferry__vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer,
+                                       VkDeviceMemory *out_memory, VkDeviceSize *out_mem_size, char **out_map) {
   vkb_device *d = dev->impl;
   char size[64];
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = bytes,
                              .usage = VKB_STAGING_USAGE,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  vkb_sharing(d, &info);
+  ferry__vkb_sharing(d, &info);
   VkBuffer buffer = VK_NULL_HANDLE;
-  VkResult r = vk()->vkCreateBuffer(d->device, &info, NULL, &buffer);
+  VkResult r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &buffer);
   if (r != VK_SUCCESS)
-    return vkb_fail(dev, "vkCreateBuffer", r, "for a %s staging buffer", ferry__bytes_text(bytes, size));
+    return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a %s staging buffer", ferry__bytes_text(bytes, size));
   VkMemoryRequirements req;
-  vk()->vkGetBufferMemoryRequirements(d->device, buffer, &req);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, buffer, &req);
   VkDeviceMemory memory = VK_NULL_HANDLE;
   char *map = NULL;
   ferry_status st = FERRY_OK;
@@ -546,12 +552,12 @@ ferry_status vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_b
     st = ferry__fail(FERRY_ERROR_BACKEND, "a staging buffer on %s cannot live in memory type %u (memoryTypeBits 0x%x)",
                      dev->label, d->staging_type.index, req.memoryTypeBits);
   if (st == FERRY_OK) st = allocate(dev, req.size, &d->staging_type, NULL, &memory);
-  if (st == FERRY_OK && (r = vk()->vkBindBufferMemory(d->device, buffer, memory, 0)) != VK_SUCCESS)
-    st = vkb_fail(dev, "vkBindBufferMemory", r, "for a %s staging buffer", ferry__bytes_text(bytes, size));
+  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, buffer, memory, 0)) != VK_SUCCESS)
+    st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a %s staging buffer", ferry__bytes_text(bytes, size));
   if (st == FERRY_OK) st = map_memory(dev, memory, req.size, &map);
   if (st != FERRY_OK) {
     release(d, memory);
-    vk()->vkDestroyBuffer(d->device, buffer, NULL);
+    ferry__vk()->vkDestroyBuffer(d->device, buffer, NULL);
     return st;
   }
   *out_buffer = buffer;
@@ -561,7 +567,7 @@ ferry_status vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_b
   return FERRY_OK;
 }
 
-ferry_status vkb_host_alloc(ferry_device *dev, size_t bytes, void **out) {
+ferry_status ferry__vkb_host_alloc(ferry_device *dev, size_t bytes, void **out) {
   vkb_device *d = dev->impl;
   char size[64], heap[256];
   /* 4096-aligned for the caller: mappings are only minMemoryMapAlignment-aligned. */
@@ -571,11 +577,11 @@ ferry_status vkb_host_alloc(ferry_device *dev, size_t bytes, void **out) {
     return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
                        "%s of pinned host memory asked, but memory type %u of %s lives in %s",
                        ferry__bytes_text(bytes, size), d->staging_type.index, dev->label,
-                       vkb_heap_text(d, d->staging_type.heap, heap));
+                       ferry__vkb_heap_text(d, d->staging_type.heap, heap));
   vkb_host_block *h = calloc(1, sizeof *h);
   if (!h) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
   size_t total = ((bytes + 4095) & ~(size_t)4095) + slack;
-  ferry_status st = vkb_staging_create(dev, total, &h->buffer, &h->memory, &h->mem_size, &h->map);
+  ferry_status st = ferry__vkb_staging_create(dev, total, &h->buffer, &h->memory, &h->mem_size, &h->map);
   if (st != FERRY_OK) {
     free(h);
     return st;
@@ -592,12 +598,12 @@ ferry_status vkb_host_alloc(ferry_device *dev, size_t bytes, void **out) {
 }
 
 static void host_block_destroy(vkb_device *d, vkb_host_block *h) {
-  vk()->vkDestroyBuffer(d->device, h->buffer, NULL);
+  ferry__vk()->vkDestroyBuffer(d->device, h->buffer, NULL);
   release(d, h->memory);
   free(h);
 }
 
-void vkb_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+void ferry__vkb_host_free(ferry_device *dev, void *ptr, size_t bytes) {
   vkb_device *d = dev->impl;
   (void)bytes;
   vkb_host_block *found = NULL;
@@ -613,7 +619,7 @@ void vkb_host_free(ferry_device *dev, void *ptr, size_t bytes) {
   if (found) host_block_destroy(d, found);
 }
 
-vkb_host_block *vkb_host_find(vkb_device *d, const void *ptr, size_t bytes) {
+vkb_host_block *ferry__vkb_host_find(vkb_device *d, const void *ptr, size_t bytes) {
   uintptr_t p = (uintptr_t)ptr;
   vkb_host_block *found = NULL;
   pthread_rwlock_rdlock(&d->host_lock);
@@ -625,7 +631,7 @@ vkb_host_block *vkb_host_find(vkb_device *d, const void *ptr, size_t bytes) {
   return found;
 }
 
-void vkb_memory_teardown(vkb_device *d) {
+void ferry__vkb_memory_teardown(vkb_device *d) {
   while (d->host_blocks) {
     vkb_host_block *h = d->host_blocks;
     d->host_blocks = h->next;

@@ -172,10 +172,10 @@ static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool
                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT |
                                            VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
                                   .queueFamilyIndex = lane->family};
-  VkResult r = vk()->vkCreateCommandPool(d->device, &info, NULL, pool);
+  VkResult r = ferry__vk()->vkCreateCommandPool(d->device, &info, NULL, pool);
   if (r != VK_SUCCESS) {
     *pool = VK_NULL_HANDLE;
-    return vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", lane->family);
+    return ferry__vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", lane->family);
   }
   memset(cmds, 0, n * sizeof *cmds);
   VkCommandBuffer cbs[FERRY_STAGE_SLOTS > VKB_RING_SLOTS ? FERRY_STAGE_SLOTS : VKB_RING_SLOTS];
@@ -183,21 +183,21 @@ static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool
                                        .commandPool = *pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                        .commandBufferCount = n};
-  r = vk()->vkAllocateCommandBuffers(d->device, &alloc, cbs);
+  r = ferry__vk()->vkAllocateCommandBuffers(d->device, &alloc, cbs);
   ferry_status st = FERRY_OK;
-  if (r != VK_SUCCESS) st = vkb_fail(dev, "vkAllocateCommandBuffers", r, "for %u command buffers", n);
+  if (r != VK_SUCCESS) st = ferry__vkb_fail(dev, "vkAllocateCommandBuffers", r, "for %u command buffers", n);
   for (unsigned i = 0; i < n && st == FERRY_OK; i++) {
     cmds[i].cb = cbs[i];
     VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = vk()->vkCreateFence(d->device, &fi, NULL, &cmds[i].fence)) != VK_SUCCESS) {
+    if ((r = ferry__vk()->vkCreateFence(d->device, &fi, NULL, &cmds[i].fence)) != VK_SUCCESS) {
       cmds[i].fence = VK_NULL_HANDLE;
-      st = vkb_fail(dev, "vkCreateFence", r, NULL);
+      st = ferry__vkb_fail(dev, "vkCreateFence", r, NULL);
     }
   }
   if (st != FERRY_OK) {
     for (unsigned i = 0; i < n; i++)
-      if (cmds[i].fence) vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
-    vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffers */
+      if (cmds[i].fence) ferry__vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
+    ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffers */
     *pool = VK_NULL_HANDLE;
     memset(cmds, 0, n * sizeof *cmds);
   }
@@ -206,8 +206,8 @@ static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool
 
 static void pool_destroy(vkb_device *d, VkCommandPool *pool, vkb_cmd *cmds, unsigned n) {
   for (unsigned i = 0; i < n; i++)
-    if (cmds[i].fence) vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
-  if (*pool) vk()->vkDestroyCommandPool(d->device, *pool, NULL);
+    if (cmds[i].fence) ferry__vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
+  if (*pool) ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL);
   *pool = VK_NULL_HANDLE;
   memset(cmds, 0, n * sizeof *cmds);
 }
@@ -221,7 +221,7 @@ static uint64_t monotonic_ns(void) {
 /* Waits for a fence: polls it for up to d->spin_ns (yielding the processor between
  * polls), then sleeps in vkWaitForFences. *call names the call that failed. */
 static VkResult fence_wait(vkb_device *d, VkFence fence, const char **call) {
-  const ferry_vk_api *v = vk();
+  const ferry_vk_api *v = ferry__vk();
   if (d->spin_ns) {
     *call = "vkGetFenceStatus";
     uint64_t start = monotonic_ns();
@@ -242,7 +242,7 @@ static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c, const char **call) {
   VkResult r = fence_wait(d, c->fence, call);
   if (r == VK_SUCCESS) {
     *call = "vkResetFences";
-    r = vk()->vkResetFences(d->device, 1, &c->fence);
+    r = ferry__vk()->vkResetFences(d->device, 1, &c->fence);
   }
   if (r == VK_SUCCESS) c->pending = false;
   return r;
@@ -251,7 +251,7 @@ static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c, const char **call) {
 static ferry_status cmd_wait(ferry_device *dev, vkb_cmd *c, const char *what) {
   const char *call = NULL;
   VkResult r = cmd_wait_raw(dev->impl, c, &call);
-  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, call, r, "for %s", what);
+  return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, call, r, "for %s", what);
 }
 
 /* Waits for every pending command buffer of a set; keeps the first failure's sentence. */
@@ -259,7 +259,7 @@ static ferry_status cmd_wait_all(ferry_device *dev, vkb_cmd *cmds, unsigned n, f
   for (unsigned i = 0; i < n; i++) {
     const char *call = NULL;
     VkResult r = cmd_wait_raw(dev->impl, &cmds[i], &call);
-    if (r != VK_SUCCESS && st == FERRY_OK) st = vkb_fail(dev, call, r, "for %s", what);
+    if (r != VK_SUCCESS && st == FERRY_OK) st = ferry__vkb_fail(dev, call, r, "for %s", what);
   }
   return st;
 }
@@ -267,13 +267,13 @@ static ferry_status cmd_wait_all(ferry_device *dev, vkb_cmd *cmds, unsigned n, f
 static ferry_status cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what) {
   static const VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                                  .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  VkResult r = vk()->vkBeginCommandBuffer(c->cb, &begin);
-  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkBeginCommandBuffer", r, "for %s", what);
+  VkResult r = ferry__vk()->vkBeginCommandBuffer(c->cb, &begin);
+  return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, "vkBeginCommandBuffer", r, "for %s", what);
 }
 
 static ferry_status cmd_end(ferry_device *dev, vkb_cmd *c, const char *what) {
-  VkResult r = vk()->vkEndCommandBuffer(c->cb);
-  return r == VK_SUCCESS ? FERRY_OK : vkb_fail(dev, "vkEndCommandBuffer", r, "for %s", what);
+  VkResult r = ferry__vk()->vkEndCommandBuffer(c->cb);
+  return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, "vkEndCommandBuffer", r, "for %s", what);
 }
 
 /* Before the copy: earlier work on the queue is done and its writes visible. */
@@ -282,9 +282,9 @@ static void barrier_before(vkb_cmd *c, bool shader) {
                        .srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT,
                        .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT |
                                         (shader ? VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT : 0)};
-  vk()->vkCmdPipelineBarrier(c->cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
-                             VK_PIPELINE_STAGE_TRANSFER_BIT | (shader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : 0), 0, 1,
-                             &b, 0, NULL, 0, NULL);
+  ferry__vk()->vkCmdPipelineBarrier(
+      c->cb, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT,
+      VK_PIPELINE_STAGE_TRANSFER_BIT | (shader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : 0), 0, 1, &b, 0, NULL, 0, NULL);
 }
 
 /* After it: its writes visible to later commands and to the host. */
@@ -293,7 +293,7 @@ static void barrier_after(vkb_cmd *c, bool shader) {
                        .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT | (shader ? VK_ACCESS_SHADER_WRITE_BIT : 0),
                        .dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT |
                                         VK_ACCESS_HOST_READ_BIT | VK_ACCESS_HOST_WRITE_BIT};
-  vk()->vkCmdPipelineBarrier(
+  ferry__vk()->vkCmdPipelineBarrier(
       c->cb, VK_PIPELINE_STAGE_TRANSFER_BIT | (shader ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : 0),
       VK_PIPELINE_STAGE_ALL_COMMANDS_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0, NULL);
 }
@@ -305,7 +305,7 @@ static ferry_status record_copy(ferry_device *dev, vkb_cmd *c, VkBuffer src, VkB
   if (st != FERRY_OK) return st;
   barrier_before(c, false);
   VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = bytes};
-  vk()->vkCmdCopyBuffer(c->cb, src, dst, 1, &region);
+  ferry__vk()->vkCmdCopyBuffer(c->cb, src, dst, 1, &region);
   barrier_after(c, false);
   return cmd_end(dev, c, what);
 }
@@ -313,9 +313,9 @@ static ferry_status record_copy(ferry_device *dev, vkb_cmd *c, VkBuffer src, VkB
 static ferry_status submit(ferry_device *dev, vkb_lane *lane, vkb_cmd *c, const char *what) {
   VkSubmitInfo info = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cb};
   pthread_mutex_lock(&lane->lock);
-  VkResult r = vk()->vkQueueSubmit(lane->queue, 1, &info, c->fence);
+  VkResult r = ferry__vk()->vkQueueSubmit(lane->queue, 1, &info, c->fence);
   pthread_mutex_unlock(&lane->lock);
-  if (r != VK_SUCCESS) return vkb_fail(dev, "vkQueueSubmit", r, "for %s", what);
+  if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkQueueSubmit", r, "for %s", what);
   c->pending = true;
   return FERRY_OK;
 }
@@ -350,7 +350,7 @@ static void ctx_give(vkb_ctx *c) {
 }
 
 static void ctx_destroy(vkb_device *d, vkb_ctx *c) {
-  if (c->descriptors) vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
+  if (c->descriptors) ferry__vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
   pool_destroy(d, &c->pool, &c->cmd, 1);
   free(c);
 }
@@ -379,10 +379,10 @@ static bool copier_ready(ferry_device *dev) {
   vkb_copier *k = &d->copier;
   pthread_mutex_lock(&k->lock);
   if (!k->ready && !k->failed) {
-    const ferry_vk_api *v = vk();
+    const ferry_vk_api *v = ferry__vk();
     VkShaderModuleCreateInfo sm = {
         .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = sizeof copy_spv, .pCode = copy_spv};
-    k->unroll = vkb_opts.copy_unroll;
+    k->unroll = ferry__vkb_opts.copy_unroll;
     VkDescriptorSetLayoutBinding bindings[2] = {{.binding = 0,
                                                  .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                                  .descriptorCount = 1,
@@ -428,10 +428,10 @@ static bool copier_ready(ferry_device *dev) {
 
 static void copier_destroy(vkb_device *d) {
   vkb_copier *k = &d->copier;
-  if (k->pipeline) vk()->vkDestroyPipeline(d->device, k->pipeline, NULL);
-  if (k->layout) vk()->vkDestroyPipelineLayout(d->device, k->layout, NULL);
-  if (k->set_layout) vk()->vkDestroyDescriptorSetLayout(d->device, k->set_layout, NULL);
-  if (k->module) vk()->vkDestroyShaderModule(d->device, k->module, NULL);
+  if (k->pipeline) ferry__vk()->vkDestroyPipeline(d->device, k->pipeline, NULL);
+  if (k->layout) ferry__vk()->vkDestroyPipelineLayout(d->device, k->layout, NULL);
+  if (k->set_layout) ferry__vk()->vkDestroyDescriptorSetLayout(d->device, k->set_layout, NULL);
+  if (k->module) ferry__vk()->vkDestroyShaderModule(d->device, k->module, NULL);
   k->pipeline = k->layout = k->set_layout = k->module = VK_NULL_HANDLE;
   k->ready = k->failed = false;
 }
@@ -445,10 +445,10 @@ static ferry_status ctx_descriptors(ferry_device *dev, vkb_ctx *c) {
                                      .maxSets = VKB_COPY_PIECES,
                                      .poolSizeCount = 1,
                                      .pPoolSizes = &size};
-  VkResult r = vk()->vkCreateDescriptorPool(d->device, &info, NULL, &c->descriptors);
+  VkResult r = ferry__vk()->vkCreateDescriptorPool(d->device, &info, NULL, &c->descriptors);
   if (r != VK_SUCCESS) {
     c->descriptors = VK_NULL_HANDLE;
-    return vkb_fail(dev, "vkCreateDescriptorPool", r, "for the copy shader");
+    return ferry__vkb_fail(dev, "vkCreateDescriptorPool", r, "for the copy shader");
   }
   VkDescriptorSetLayout layouts[VKB_COPY_PIECES];
   for (unsigned i = 0; i < VKB_COPY_PIECES; i++)
@@ -457,11 +457,11 @@ static ferry_status ctx_descriptors(ferry_device *dev, vkb_ctx *c) {
                                        .descriptorPool = c->descriptors,
                                        .descriptorSetCount = VKB_COPY_PIECES,
                                        .pSetLayouts = layouts};
-  r = vk()->vkAllocateDescriptorSets(d->device, &alloc, c->sets);
+  r = ferry__vk()->vkAllocateDescriptorSets(d->device, &alloc, c->sets);
   if (r != VK_SUCCESS) {
-    vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
+    ferry__vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
     c->descriptors = VK_NULL_HANDLE;
-    return vkb_fail(dev, "vkAllocateDescriptorSets", r, "for the copy shader");
+    return ferry__vkb_fail(dev, "vkAllocateDescriptorSets", r, "for the copy shader");
   }
   return FERRY_OK;
 }
@@ -484,7 +484,7 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
                                 VkDeviceSize n) {
   static const char what[] = "a copy within the device";
   vkb_device *d = dev->impl;
-  const ferry_vk_api *v = vk();
+  const ferry_vk_api *v = ferry__vk();
   VkDeviceSize head = (16 - so % 16) % 16;
   if (head > n) head = n;
   VkDeviceSize mid = (n - head) / 16 * 16, tail = n - head - mid;
@@ -494,7 +494,7 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
   VkDeviceSize range_limit = d->props.limits.maxStorageBufferRange;
   if (piece > range_limit - align) piece = (range_limit - align) / 16 * 16;
   uint64_t max_groups = d->props.limits.maxComputeWorkGroupCount[0];
-  if (vkb_opts.copy_groups && vkb_opts.copy_groups < max_groups) max_groups = vkb_opts.copy_groups;
+  if (ferry__vkb_opts.copy_groups && ferry__vkb_opts.copy_groups < max_groups) max_groups = ferry__vkb_opts.copy_groups;
   vkb_ctx *c = NULL;
   ferry_status st = ctx_take(dev, d->compute, &c);
   if (st != FERRY_OK) return st;
@@ -556,12 +556,12 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
 static ferry_status host_write(ferry_device *dev, vkb_buffer *a, size_t off, const void *src, size_t n) {
   ferry__host_move(a->map + off, src, n);
   if (a->coherent) return FERRY_OK;
-  return vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, true);
+  return ferry__vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, true);
 }
 
 static ferry_status host_read(ferry_device *dev, vkb_buffer *a, size_t off, void *dst, size_t n) {
   if (!a->coherent) {
-    ferry_status st = vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, false);
+    ferry_status st = ferry__vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, false);
     if (st != FERRY_OK) return st;
   }
   ferry__host_move(dst, a->map + off, n);
@@ -578,7 +578,7 @@ static ferry_status ring_ready(ferry_device *dev) {
   if (st != FERRY_OK) return st;
   size_t chunk = d->chunk;
   for (;;) {
-    st = vkb_staging_create(dev, chunk * VKB_RING_SLOTS, &g->buffer, &g->memory, &g->mem_size, &g->map);
+    st = ferry__vkb_staging_create(dev, chunk * VKB_RING_SLOTS, &g->buffer, &g->memory, &g->mem_size, &g->map);
     if (st != FERRY_ERROR_OUT_OF_MEMORY || chunk <= ((size_t)1 << 20)) break;
     chunk /= 2; /* a smaller ring is slower but still moves the bytes */
   }
@@ -605,7 +605,7 @@ static ferry_status staged_write(ferry_device *dev, vkb_buffer *a, size_t off, c
     if ((st = cmd_wait(dev, c, what)) != FERRY_OK) break;
     VkDeviceSize slot_offset = (VkDeviceSize)s * g->chunk;
     ferry__parallel_memcpy(g->map + slot_offset, src + done, len);
-    if (!g->coherent && (st = vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, true)) != FERRY_OK) break;
+    if (!g->coherent && (st = ferry__vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, true)) != FERRY_OK) break;
     if ((st = record_copy(dev, c, g->buffer, a->buffer, slot_offset, off + done, len, what)) != FERRY_OK) break;
     if ((st = submit(dev, d->xfer, c, what)) != FERRY_OK) break;
     done += len;
@@ -638,7 +638,8 @@ static ferry_status staged_read(ferry_device *dev, vkb_buffer *a, size_t off, ch
     unsigned s = (unsigned)(i % VKB_RING_SLOTS);
     VkDeviceSize slot_offset = (VkDeviceSize)s * chunk;
     if ((st = cmd_wait(dev, &g->cmd[s], what)) != FERRY_OK) break;
-    if (!g->coherent && (st = vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, false)) != FERRY_OK) break;
+    if (!g->coherent && (st = ferry__vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, false)) != FERRY_OK)
+      break;
     ferry__parallel_memcpy(dst + at, g->map + slot_offset, len);
   }
   if (g->ready) st = cmd_wait_all(dev, g->cmd, VKB_RING_SLOTS, st, what);
@@ -652,7 +653,7 @@ static ferry_status pinned_write(ferry_device *dev, vkb_host_block *h, const voi
                                  size_t n) {
   VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
   if (!h->coherent) {
-    ferry_status st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+    ferry_status st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
     if (st != FERRY_OK) return st;
   }
   return run_copy(dev, ((vkb_device *)dev->impl)->xfer, h->buffer, at, a->buffer, off, n, "a write from pinned memory");
@@ -662,37 +663,38 @@ static ferry_status pinned_read(ferry_device *dev, vkb_buffer *a, size_t off, vk
   VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
   if (!h->coherent) {
     /* Dirty host lines over the range must not land on the device's bytes later. */
-    ferry_status st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+    ferry_status st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
     if (st != FERRY_OK) return st;
   }
   ferry_status st =
       run_copy(dev, ((vkb_device *)dev->impl)->xfer, a->buffer, off, h->buffer, at, n, "a read into pinned memory");
-  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, false);
+  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, false);
   return st;
 }
 
 /* ---- the ops ----------------------------------------------------------------------- */
 
-ferry_status vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
   vkb_buffer *a = dst->impl;
   if (a->map) return host_write(dev, a, off, src, n);
-  vkb_host_block *h = vkb_host_find(dev->impl, src, n);
+  vkb_host_block *h = ferry__vkb_host_find(dev->impl, src, n);
   if (h) return pinned_write(dev, h, src, a, off, n);
   return staged_write(dev, a, off, src, n);
 }
 
-ferry_status vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
   vkb_buffer *a = src->impl;
   if (a->map) return host_read(dev, a, off, dst, n);
-  vkb_host_block *h = vkb_host_find(dev->impl, dst, n);
+  vkb_host_block *h = ferry__vkb_host_find(dev->impl, dst, n);
   if (h) return pinned_read(dev, a, off, h, dst, n);
   return staged_read(dev, a, off, dst, n);
 }
 
-ferry_status vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
+ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                             size_t n) {
   vkb_device *d = dev->impl;
   vkb_buffer *s = src->impl, *t = dst->impl;
-  if (s->map && t->map && s->coherent && t->coherent && !vkb_opts.shader) {
+  if (s->map && t->map && s->coherent && t->coherent && !ferry__vkb_opts.shader) {
     ferry__host_move(t->map + doff, s->map + so, n);
     return FERRY_OK;
   }
@@ -703,22 +705,22 @@ ferry_status vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_
   /* Over the user's non-coherent array, the host's writes go to the device first,
    * and the device's writes are taken back after. */
   ferry_status st = FERRY_OK;
-  if (s->imported && !s->coherent) st = vkb_flush(dev, s->memory, s->mem_size, so, n, true);
-  if (st == FERRY_OK && t->imported && !t->coherent) st = vkb_flush(dev, t->memory, t->mem_size, doff, n, true);
+  if (s->imported && !s->coherent) st = ferry__vkb_flush(dev, s->memory, s->mem_size, so, n, true);
+  if (st == FERRY_OK && t->imported && !t->coherent) st = ferry__vkb_flush(dev, t->memory, t->mem_size, doff, n, true);
   if (st == FERRY_OK) st = run_copy(dev, d->compute, s->buffer, so, t->buffer, doff, n, "a copy within the device");
-  if (st == FERRY_OK && t->imported && !t->coherent) st = vkb_flush(dev, t->memory, t->mem_size, doff, n, false);
+  if (st == FERRY_OK && t->imported && !t->coherent) st = ferry__vkb_flush(dev, t->memory, t->mem_size, doff, n, false);
   return st;
 }
 
-ferry_status vkb_synchronize(ferry_device *dev) {
+ferry_status ferry__vkb_synchronize(ferry_device *dev) {
   vkb_device *d = dev->impl;
   for (int i = 0; i < 2; i++) {
     vkb_lane *lane = &d->lanes[i];
     if (!lane->ready) continue;
     pthread_mutex_lock(&lane->lock);
-    VkResult r = vk()->vkQueueWaitIdle(lane->queue);
+    VkResult r = ferry__vk()->vkQueueWaitIdle(lane->queue);
     pthread_mutex_unlock(&lane->lock);
-    if (r != VK_SUCCESS) return vkb_fail(dev, "vkQueueWaitIdle", r, "for queue family %u", lane->family);
+    if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkQueueWaitIdle", r, "for queue family %u", lane->family);
   }
   return FERRY_OK;
 }
@@ -742,8 +744,8 @@ static ferry_status slot_finish(ferry_device *dev, unsigned slot) {
   vkb_pipe *p = &((vkb_device *)dev->impl)->pipe;
   ferry_status st = cmd_wait(dev, &p->cmd[slot], "a pipelined transfer");
   if (st == FERRY_OK && p->inval_memory[slot]) {
-    st = vkb_flush(dev, p->inval_memory[slot], p->inval_mem_size[slot], p->inval_offset[slot], p->inval_bytes[slot],
-                   false);
+    st = ferry__vkb_flush(dev, p->inval_memory[slot], p->inval_mem_size[slot], p->inval_offset[slot],
+                          p->inval_bytes[slot], false);
     p->inval_memory[slot] = VK_NULL_HANDLE;
   }
   return st;
@@ -765,29 +767,31 @@ static ferry_status pipe_start(ferry_device *dev, unsigned slot, VkBuffer src, V
   return st == FERRY_OK ? submit(dev, d->xfer, c, what) : st;
 }
 
-ferry_status vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n, unsigned slot) {
+ferry_status ferry__vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n,
+                                    unsigned slot) {
   if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
   vkb_buffer *a = dst->impl;
-  vkb_host_block *h = a->map ? NULL : vkb_host_find(dev->impl, src, n);
-  if (!h) return vkb_write(dev, dst, off, src, n); /* synchronous: the slot stays idle */
+  vkb_host_block *h = a->map ? NULL : ferry__vkb_host_find(dev->impl, src, n);
+  if (!h) return ferry__vkb_write(dev, dst, off, src, n); /* synchronous: the slot stays idle */
   ferry_status st = pipe_ready(dev);
   if (st == FERRY_OK) st = slot_finish(dev, slot);
   VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
-  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
   if (st == FERRY_OK) st = pipe_start(dev, slot, h->buffer, at, a->buffer, off, n, "a pipelined write");
   return st;
 }
 
-ferry_status vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n, unsigned slot) {
+ferry_status ferry__vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n,
+                                   unsigned slot) {
   if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
   vkb_device *d = dev->impl;
   vkb_buffer *a = src->impl;
-  vkb_host_block *h = a->map ? NULL : vkb_host_find(d, dst, n);
-  if (!h) return vkb_read(dev, src, off, dst, n);
+  vkb_host_block *h = a->map ? NULL : ferry__vkb_host_find(d, dst, n);
+  if (!h) return ferry__vkb_read(dev, src, off, dst, n);
   ferry_status st = pipe_ready(dev);
   if (st == FERRY_OK) st = slot_finish(dev, slot);
   VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
-  if (st == FERRY_OK && !h->coherent) st = vkb_flush(dev, h->memory, h->mem_size, at, n, true);
+  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
   if (st == FERRY_OK) st = pipe_start(dev, slot, a->buffer, off, h->buffer, at, n, "a pipelined read");
   if (st == FERRY_OK && !h->coherent) {
     d->pipe.inval_memory[slot] = h->memory;
@@ -798,7 +802,7 @@ ferry_status vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off,
   return st;
 }
 
-ferry_status vkb_wait_slot(ferry_device *dev, unsigned slot) {
+ferry_status ferry__vkb_wait_slot(ferry_device *dev, unsigned slot) {
   if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
   if (!((vkb_device *)dev->impl)->pipe.ready) return FERRY_OK;
   return slot_finish(dev, slot);
@@ -806,15 +810,15 @@ ferry_status vkb_wait_slot(ferry_device *dev, unsigned slot) {
 
 /* ---- setup and teardown ---------------------------------------------------------- */
 
-ferry_status vkb_transfer_setup(ferry_device *dev) {
+ferry_status ferry__vkb_transfer_setup(ferry_device *dev) {
   vkb_device *d = dev->impl;
   /* The ring is made on first use: devices whose buffers are mapped never need it. */
-  size_t chunk = vkb_opts.chunk;
+  size_t chunk = ferry__vkb_opts.chunk;
   if (d->atom > 1) chunk = (chunk + d->atom - 1) / d->atom * d->atom;
   chunk = (chunk + 4095) & ~(size_t)4095;
   d->chunk = chunk;
-  const ferry_vk_api *v = vk();
-  d->copy_shader = !vkb_opts.noshader && v->vkCreateShaderModule && v->vkCreateDescriptorSetLayout &&
+  const ferry_vk_api *v = ferry__vk();
+  d->copy_shader = !ferry__vkb_opts.noshader && v->vkCreateShaderModule && v->vkCreateDescriptorSetLayout &&
                    v->vkCreatePipelineLayout && v->vkCreateComputePipelines && v->vkCreateDescriptorPool &&
                    v->vkAllocateDescriptorSets && v->vkUpdateDescriptorSets && v->vkCmdBindPipeline &&
                    v->vkCmdBindDescriptorSets && v->vkCmdPushConstants && v->vkCmdDispatch && v->vkDestroyPipeline &&
@@ -823,12 +827,12 @@ ferry_status vkb_transfer_setup(ferry_device *dev) {
   return FERRY_OK;
 }
 
-void vkb_transfer_teardown(vkb_device *d) {
+void ferry__vkb_transfer_teardown(vkb_device *d) {
   vkb_ring *g = &d->ring;
   if (g->ready) {
     pool_destroy(d, &g->pool, g->cmd, VKB_RING_SLOTS);
-    vk()->vkDestroyBuffer(d->device, g->buffer, NULL);
-    vk()->vkFreeMemory(d->device, g->memory, NULL);
+    ferry__vk()->vkDestroyBuffer(d->device, g->buffer, NULL);
+    ferry__vk()->vkFreeMemory(d->device, g->memory, NULL);
     memset(g, 0, sizeof *g);
   }
   for (int i = 0; i < 2; i++) {
