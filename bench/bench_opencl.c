@@ -1,5 +1,5 @@
 /*
- * OpenCL benchmark: ferry against the raw OpenCL calls (bench/raw_opencl.c) on
+ * OpenCL benchmark: ferry against the raw OpenCL calls (tools/raw/raw_opencl.c) on
  * the same buffers, in the same run, every measurement the median of several
  * repeats, the two sides interleaved so that drift hits both alike.
  *

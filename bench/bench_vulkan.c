@@ -1,6 +1,6 @@
 /*
  * bench_vulkan: ferry's transfers on every Vulkan device against the raw calls
- * measured in the same run, on the same buffers (bench/raw_vulkan.c), and where
+ * measured in the same run, on the same buffers (tools/raw/raw_vulkan.c), and where
  * a CUDA device is present against CUDA's own pinned and device copies.
  *
  *   CPU devices (lavapipe): ferry_write / ferry_read of 256 MiB against memcpy of

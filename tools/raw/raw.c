@@ -1,4 +1,4 @@
-/* The raw baselines by backend name. bench/raw_<backend>.c defines raw_<backend>_ops(). */
+/* The raw baselines by backend name. tools/raw/raw_<backend>.c defines raw_<backend>_ops(). */
 #include "raw.h"
 
 #include <string.h>

@@ -1,7 +1,7 @@
 /*
  * Raw driver calls that ferry's figures are compared against.
  *
- * Each backend has a file bench/raw_<backend>.c that performs the transfer a
+ * Each backend has a file tools/raw/raw_<backend>.c that performs the transfer a
  * user without ferry would write (memcpy; cuMemcpyHtoD; clEnqueueWriteBuffer;
  * memcpy into a staging buffer + vkCmdCopyBuffer + fence), on the very same
  * ferry buffers (through ferry_device_ptr and ferry_device_native), so that
