@@ -204,6 +204,41 @@ FERRY_API size_t ferry_backend_count(void);
  * order devices are numbered. FERRY_ERROR_NO_DEVICE when out of range. */
 FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info);
 
+/* What a device's driver says about itself (an extension to the contract, for
+ * tools and bug reports: `ferry info --verbose`, the header of `ferry bench`).
+ * Every string is NUL-terminated, and empty where the driver gives nothing. */
+typedef struct ferry_driver_info {
+  /* The driver's name: "NVIDIA" (cuda: from /proc/driver/nvidia/version; else the
+   * library loaded, "libcuda.so.1"), the OpenCL platform's name ("NVIDIA CUDA",
+   * "Portable Computing Language"), Vulkan's driverName ("NVIDIA", "llvmpipe"),
+   * the C library on native and checked ("glibc"). */
+  char driver[256];
+  /* Its version: NVIDIA's kernel driver ("580.65.06"), CL_DRIVER_VERSION, Vulkan's
+   * driverInfo ("Mesa 22.3.6 (LLVM 15.0.6)"), the C library's ("2.36"). */
+  char driver_version[256];
+  /* The API it offers and its version: "CUDA 13.0" (cuDriverGetVersion),
+   * CL_PLATFORM_VERSION ("OpenCL 3.0 PoCL 3.1 ..."), "Vulkan 1.3.230", and on native
+   * and checked the operating system ("Linux 6.1.0-18-amd64"). */
+  char api_version[256];
+  /* "0000:1b:00.0" (domain:bus:device.function, lowercase hex) where the API gives
+   * one: cuDeviceGetPCIBusId, cl_khr_pci_bus_info, VK_EXT_pci_bus_info. */
+  char pci_bus_id[32];
+  /* The device's UUID as 8-4-4-4-12 lowercase hex, where the API gives one:
+   * cuDeviceGetUuid, cl_khr_device_uuid, VkPhysicalDeviceIDProperties. On NVIDIA
+   * GPUs the three agree, which tells which devices of different backends are one
+   * GPU (nvidia-smi shows it with a "GPU-" prefix). */
+  char uuid[40];
+  /* Bytes of device memory free right now (cuMemGetInfo, VK_EXT_memory_budget,
+   * cl_amd_device_attribute_query; MemAvailable on native and checked); 0 when
+   * the driver does not say. */
+  uint64_t free_memory;
+} ferry_driver_info;
+
+/* Fills *out_info with what the device's driver says about itself. Asks the
+ * driver each time (free_memory changes). FERRY_ERROR_INVALID_ARGUMENT for a NULL
+ * or unknown device or a NULL out_info. */
+FERRY_API ferry_status ferry_device_driver_info(const ferry_device *device, ferry_driver_info *out_info);
+
 /* ------------------------------------------------------------------------- */
 /* Buffers                                                                   */
 /* ------------------------------------------------------------------------- */

@@ -84,6 +84,10 @@ typedef struct ferry_device_ops {
   ferry_status (*native)(const ferry_device *dev, ferry_native *out);
   /* Free device memory right now, for out-of-memory messages; 0 if unknown. */
   uint64_t (*free_memory)(ferry_device *dev);
+  /* What the driver says about itself (ferry_device_driver_info): the backend
+   * fills the strings it knows, and may set free_memory where free_memory above
+   * is NULL. *out arrives zeroed, with free_memory from free_memory above. */
+  ferry_status (*driver_info)(ferry_device *dev, ferry_driver_info *out);
 
   /* Pipelined transfers (all three or none). For large transfers from or to
    * ordinary (pageable) host memory, the core copies through FERRY_STAGE_SLOTS
@@ -173,6 +177,11 @@ void ferry__host_move(void *dst, const void *src, size_t n);
 
 /* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
 const char *ferry__bytes_text(uint64_t bytes, char buf[64]);
+/* For driver_info: 16 UUID bytes as "8-4-4-4-12" lowercase hex, and a PCI
+ * address as "0000:1b:00.0". */
+void ferry__uuid_text(const unsigned char bytes[16], char out[40]);
+void ferry__pci_text(unsigned domain, unsigned bus, unsigned device, unsigned function, char out[32]);
+
 /* Reads a byte count like "512M", "2G" or "1048576" from the environment (the
  * core's variables and the backends' own); false when unset or not a number. */
 bool ferry__env_bytes(const char *name, uint64_t *out);

@@ -99,6 +99,8 @@ SYMBOL_TYPE(cuDeviceGet, cuDeviceGet);
 SYMBOL_TYPE(cuDeviceGetName, cuDeviceGetName);
 SYMBOL_TYPE(cuDeviceTotalMem, cuDeviceTotalMem_v2);
 SYMBOL_TYPE(cuDeviceGetAttribute, cuDeviceGetAttribute);
+SYMBOL_TYPE(cuDeviceGetUuid, cuDeviceGetUuid_v2);
+SYMBOL_TYPE(cuDeviceGetPCIBusId, cuDeviceGetPCIBusId);
 SYMBOL_TYPE(cuDeviceCanAccessPeer, cuDeviceCanAccessPeer);
 SYMBOL_TYPE(cuDevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);
 SYMBOL_TYPE(cuDevicePrimaryCtxRelease, cuDevicePrimaryCtxRelease_v2);

@@ -520,6 +520,30 @@ FAKE_API cu_result cuDeviceGetName(char *name, int len, cu_device dev) {
   return FCU_SUCCESS;
 }
 
+/* A made-up UUID per device: "fakecuda" then the ordinal. */
+FAKE_API cu_result cuDeviceGetUuid_v2(cu_uuid *uuid, cu_device dev) {
+  INJECT("cuDeviceGetUuid_v2");
+  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
+  int o = ordinal_of(dev);
+  if (o < 0) return FCU_ERROR_INVALID_DEVICE;
+  if (!uuid) return FCU_ERROR_INVALID_VALUE;
+  memset(uuid->bytes, 0, sizeof uuid->bytes);
+  memcpy(uuid->bytes, "fakecuda", 8);
+  uuid->bytes[15] = (char)o;
+  return FCU_SUCCESS;
+}
+
+/* As the driver writes it, uppercase hex, with the bus of the PCI_BUS_ID attribute. */
+FAKE_API cu_result cuDeviceGetPCIBusId(char *pci_bus_id, int len, cu_device dev) {
+  INJECT("cuDeviceGetPCIBusId");
+  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
+  int o = ordinal_of(dev);
+  if (o < 0) return FCU_ERROR_INVALID_DEVICE;
+  if (!pci_bus_id || len < 13) return FCU_ERROR_INVALID_VALUE; /* the driver needs 13 bytes */
+  snprintf(pci_bus_id, (size_t)len, "0000:%02X:00.0", 0x10 + o);
+  return FCU_SUCCESS;
+}
+
 FAKE_API cu_result cuDeviceTotalMem_v2(size_t *bytes, cu_device dev) {
   INJECT("cuDeviceTotalMem_v2");
   if (!initialized) return FCU_ERROR_NOT_INITIALIZED;

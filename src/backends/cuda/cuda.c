@@ -672,6 +672,53 @@ static ferry_status cuda_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* NVIDIA's kernel driver version from /proc/driver/nvidia/version ("NVRM version:
+ * NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."): the first word
+ * after "Module" that starts with a digit. False where there is no such file. */
+static bool nvidia_driver_version(char *out, size_t size) {
+  FILE *f = fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  if (fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "Module");
+    while (p && *p && !found) {
+      p += strcspn(p, " \t\n");
+      p += strspn(p, " \t");
+      size_t n = strcspn(p, " \t\n");
+      if (n && p[0] >= '0' && p[0] <= '9') {
+        snprintf(out, size, "%.*s", (int)n, p);
+        found = true;
+      }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static ferry_status cuda_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  const cuda_device *cd = dev->impl;
+  if (nvidia_driver_version(out->driver_version, sizeof out->driver_version)) {
+    snprintf(out->driver, sizeof out->driver, "NVIDIA");
+  } else {
+    const char *base = strrchr(g.path, '/');
+    snprintf(out->driver, sizeof out->driver, "%.255s", base ? base + 1 : g.path);
+  }
+  if (g.driver_version > 0)
+    snprintf(out->api_version, sizeof out->api_version, "CUDA %d.%d", g.driver_version / 1000,
+             g.driver_version % 1000 / 10);
+  char bus[32] = "";
+  if (API.cuDeviceGetPCIBusId && API.cuDeviceGetPCIBusId(bus, (int)sizeof bus, cd->device) == FCU_SUCCESS) {
+    bus[sizeof bus - 1] = '\0';
+    for (size_t i = 0; bus[i] && i + 1 < sizeof out->pci_bus_id; i++) /* lspci's lowercase */
+      out->pci_bus_id[i] = (char)(bus[i] >= 'A' && bus[i] <= 'F' ? bus[i] - 'A' + 'a' : bus[i]);
+  }
+  cu_uuid uuid;
+  if (API.cuDeviceGetUuid && API.cuDeviceGetUuid(&uuid, cd->device) == FCU_SUCCESS)
+    ferry__uuid_text((const unsigned char *)uuid.bytes, out->uuid);
+  return FERRY_OK;
+}
+
 /* Releases what device_setup made; the context is made current for it. */
 static void device_teardown(cuda_device *cd) {
   if (cd->ctx) {
@@ -716,6 +763,7 @@ static const ferry_device_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .native = cuda_native,
     .free_memory = cuda_free_memory,
+    .driver_info = cuda_driver_info,
     .write_async = cuda_write_async,
     .read_async = cuda_read_async,
     .wait_slot = cuda_wait_slot,

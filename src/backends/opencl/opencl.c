@@ -573,6 +573,30 @@ static uint64_t cl_free_memory(ferry_device *dev) {
   return (uint64_t)kib[0] * 1024;
 }
 
+static void platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t size);
+static char *device_string(cl_device_id d, cl_device_info what);
+static bool has_extension(const char *list, const char *name);
+
+static ferry_status cl_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  cl_device *cd = device_of(dev);
+  platform_string(cd->platform, CL_PLATFORM_NAME, out->driver, sizeof out->driver);
+  platform_string(cd->platform, CL_PLATFORM_VERSION, out->api_version, sizeof out->api_version);
+  char *version = device_string(cd->id, CL_DRIVER_VERSION);
+  if (version) snprintf(out->driver_version, sizeof out->driver_version, "%s", version);
+  free(version);
+  char *extensions = device_string(cd->id, CL_DEVICE_EXTENSIONS);
+  cl_device_pci_bus_info_khr pci;
+  if (has_extension(extensions, "cl_khr_pci_bus_info") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_PCI_BUS_INFO_KHR, sizeof pci, &pci, NULL) == CL_SUCCESS)
+    ferry__pci_text(pci.pci_domain, pci.pci_bus, pci.pci_device, pci.pci_function, out->pci_bus_id);
+  unsigned char uuid[CL_UUID_SIZE_KHR];
+  if (has_extension(extensions, "cl_khr_device_uuid") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_UUID_KHR, sizeof uuid, uuid, NULL) == CL_SUCCESS)
+    ferry__uuid_text(uuid, out->uuid);
+  free(extensions);
+  return FERRY_OK;
+}
+
 static void cl_destroy(ferry_device *dev) {
   cl_device *cd = device_of(dev);
   while (cd->blocks) { /* the core frees every block first; this is for safety */
@@ -602,6 +626,7 @@ static const ferry_device_ops cl_ops = {
     .synchronize = cl_synchronize,
     .native = cl_native,
     .free_memory = cl_free_memory,
+    .driver_info = cl_driver_info,
     .destroy = cl_destroy,
 };
 
@@ -623,6 +648,7 @@ static const ferry_device_ops cl_ops_pipelined = {
     .synchronize = cl_synchronize,
     .native = cl_native,
     .free_memory = cl_free_memory,
+    .driver_info = cl_driver_info,
     .write_async = cl_write_async,
     .read_async = cl_read_async,
     .wait_slot = cl_wait_slot,
