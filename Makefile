@@ -3,6 +3,9 @@
 #   make test   build, then every test (a backend whose driver is absent is skipped, by name)
 # Options: BUILD=dir (default build), CMAKE_FLAGS="-DFERRY_SANITIZE=address", JOBS=n.
 
+# No "Entering directory" lines from make, here or in the builds it starts.
+MAKEFLAGS += --no-print-directory
+
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
