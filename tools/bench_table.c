@@ -244,10 +244,7 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
   capabilities(d, caps, sizeof caps);
   fprintf(f, "\ndevice %zu: %s, %s%s\n", d->info.index, d->info.backend, d->info.name,
           tool_is_debugging(&d->info) ? " (a debugging device: checks, not speed)" : "");
-  if (d->has_driver && tool_driver_text(&d->driver, driver, sizeof driver)[0]) {
-    snprintf(line, sizeof line, "driver: %s", driver);
-    wrapped(f, 2, "", 0, line);
-  }
+  if (d->has_driver && tool_driver_text(&d->driver, driver, sizeof driver)[0]) wrapped(f, 2, "driver:", 7, driver);
   wrapped(f, 2, "", 0, caps);
   if (d->raw)
     fprintf(f, "  raw baseline: the %s driver's own calls on the same buffers%s\n", d->info.backend,
