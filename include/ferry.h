@@ -344,9 +344,12 @@ FERRY_API ferry_kind ferry_buffer_kind(ferry_buffer b);
  * (a zero-copy buffer's is still its array's address). */
 FERRY_API uintptr_t ferry_device_ptr(ferry_buffer b);
 
-/* True exactly for buffers made by ferry_alloc_zero_copy or ferry_alloc_host_ptr
- * (host access to them needs no copy by ferry); false for every other buffer and
- * for a stale handle. */
+/* "No transfers needed": true exactly for buffers that ARE their host array with
+ * nothing to synchronise, those made by ferry_alloc_zero_copy and by
+ * ferry_alloc_host_ptr on a zero-copy device (native, checked). False for
+ * host-pointer buffers on devices with memory of their own (OpenCL, Vulkan, CUDA:
+ * host access to them goes through transfers on the same array, which synchronise
+ * instead of copying), for every other buffer and for a stale handle. */
 FERRY_API bool ferry_is_zero_copy(ferry_buffer b);
 
 /* The buffer's device; NULL for a stale handle. */

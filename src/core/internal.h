@@ -96,7 +96,10 @@ typedef struct ferry_slot {
   size_t length, elem_size, bytes;
   size_t class_bytes; /* the cache class mem came from; 0 when not cacheable */
   uint64_t serial;    /* "buffer 7" in messages: the 7th buffer made */
-  bool zero_copy;     /* made by alloc_zero_copy or alloc_host_ptr */
+  /* Made by alloc_zero_copy or alloc_host_ptr: a transfer from or to its own array
+   * synchronises instead of copying. Whether it IS the array (no transfer needed,
+   * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
+  bool over_host_array;
 } ferry_slot;
 
 ferry_status ferry__handles_init(void);
