@@ -319,7 +319,10 @@ def main():
             check(False, p)
         names = [(d["index"], d["name"]) for d in json.loads(run4.stdout)["devices"]]
         check(names == [(d["index"], d["name"]) for d in info["devices"]], "info --json: stdout and FILE differ")
+        check(len(info["settings"]) >= 10, f"info json: {len(info['settings'])} settings")
         if data:
+            check([x["name"] for x in data["settings"]] == [x["name"] for x in info["settings"]],
+                  "bench and info list different settings")
             measured = {d["index"] for d in data["devices"]}
             listed = {d["index"] for d in info["devices"] if not d["debugging"]}
             check(measured == listed, f"bench measured {sorted(measured)}, info lists {sorted(listed)}")

@@ -481,6 +481,38 @@ static void check_help_and_version(void) {
   r = ferry("help", "env", (const char *)NULL);
   CHECK_MSG(r->code == 0 && strstr(r->out, "OCL_ICD_VENDORS") && strstr(r->out, "FERRY_REQUIRE_BACKENDS"),
             "ferry help env: %s", r->out);
+  /* Every setting the library reads is in 'ferry help env', with what it accepts. */
+  size_t options = ferry_option_count();
+  CHECK_MSG(options >= 10, "only %zu settings", options);
+  for (size_t i = 0; i < options; i++) {
+    ferry_option_info o;
+    CHECK_OK(ferry_option_get(i, &o));
+    char line[160];
+    snprintf(line, sizeof line, "\n  %s\n", o.name);
+    CHECK_MSG(strstr(r->out, line) != NULL, "ferry help env does not list %s", o.name);
+  }
+  char longest[512];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "ferry help env: a line wider than 100: %s", longest);
+  /* The settings in effect, where they come from: bench's header, info --verbose and --json. */
+  const char *env[] = {"FERRY_CACHE_LIMIT=1G", NULL};
+  memcpy(env_for_run, env, sizeof env);
+  r = bench("--sizes", "4K", "--repeat", "1", "--paths", "h2d", (const char *)NULL);
+  CHECK_MSG(r->code == 0 &&
+                strstr(r->out, "settings: FERRY_BACKENDS=native (environment), FERRY_CACHE_LIMIT=1G (environment);"),
+            "bench's header does not say FERRY_CACHE_LIMIT=1G: %.400s", r->out);
+  r = ferry("info", "--verbose", (const char *)NULL);
+  CHECK_MSG(strstr(r->out, "FERRY_CACHE_LIMIT") && strstr(r->out, "1G") && strstr(r->out, "environment"),
+            "ferry info --verbose does not list FERRY_CACHE_LIMIT=1G: %s", r->out);
+  r = ferry("info", "--json", (const char *)NULL);
+  CHECK_MSG(strstr(r->out, "{\"name\": \"FERRY_CACHE_LIMIT\", \"value\": \"1G\", \"source\": \"environment\"}"),
+            "ferry info --json: no FERRY_CACHE_LIMIT setting from the environment: %.2000s", r->out);
+  /* A bad value: ferry cannot start, and says why. */
+  const char *bad[] = {"FERRY_CACHE_LIMIT=-5", NULL};
+  memcpy(env_for_run, bad, sizeof bad);
+  r = ferry("info", (const char *)NULL);
+  CHECK_MSG(r->code == 1 && strstr(r->err, "FERRY_CACHE_LIMIT"), "ferry info with FERRY_CACHE_LIMIT=-5: exit %d: %s",
+            r->code, r->err);
+  env_for_run[0] = NULL;
   r = ferry("help", "bench", (const char *)NULL);
   CHECK(r->code == 0 && strstr(r->out, "usage: ferry bench"));
   r = ferry("help", "info", (const char *)NULL);

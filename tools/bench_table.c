@@ -125,19 +125,19 @@ void bench_print_header(FILE *f, const bench_run *run) {
   wrapped(f, 0, "", 0, line);
   /* The settings that differ from the defaults; 'ferry info --verbose' lists them all. */
   size_t count = tool_setting_count(), changed = 0;
-  used = snprintf(line, sizeof line, "settings:");
+  used = snprintf(line, sizeof line, "%s", "");
   for (size_t i = 0; i < count; i++) {
     tool_setting s;
     if (!tool_setting_get(i, &s) || strcmp(s.source, "default") == 0) continue;
-    if (used > 0 && (size_t)used < sizeof line)
-      used += snprintf(line + used, sizeof line - (size_t)used, "%s %s=%s (%s)", changed ? "," : "", s.name, s.value,
+    if (used >= 0 && (size_t)used < sizeof line)
+      used += snprintf(line + used, sizeof line - (size_t)used, "%s%s=%s (%s)", changed ? ", " : "", s.name, s.value,
                        s.source);
     changed++;
   }
-  if (count && used > 0 && (size_t)used < sizeof line)
-    snprintf(line + used, sizeof line - (size_t)used, "%s%s at %s ('ferry info --verbose' lists them)",
-             changed ? "; " : " ", changed ? "the others" : "all", changed ? "their defaults" : "their defaults");
-  if (count) wrapped(f, 0, "", 0, line);
+  if (count && used >= 0 && (size_t)used < sizeof line)
+    snprintf(line + used, sizeof line - (size_t)used, "%s%s at their defaults ('ferry info --verbose' lists them)",
+             changed ? "; " : "", changed ? "the others" : "all");
+  if (count) wrapped(f, 0, "settings:", 9, line);
   for (size_t i = 0; i < run->left_out_count; i++)
     fprintf(f, "device %zu (checked) left out: a debugging device (--backend checked or --device %zu measures it)\n",
             run->left_out[i], run->left_out[i]);

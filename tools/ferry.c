@@ -32,14 +32,35 @@ static void usage(FILE *f) {
 
 /* ---- ferry help env --------------------------------------------------------------- */
 
+/* `text` after `lead`, wrapped at 100 columns with the lines after the first at `indent`. */
+static void wrap(FILE *f, int indent, const char *lead, const char *text) {
+  int col = fprintf(f, "%*s%s", indent, "", lead);
+  bool first = true;
+  for (const char *p = text; *p;) {
+    size_t len = strcspn(p, " ");
+    if (!first && col + 1 + (int)len > 100) {
+      col = fprintf(f, "\n%*s", indent + 2, "") - 1;
+    } else if (!first || *lead) {
+      fputc(' ', f);
+      col++;
+    }
+    col += fprintf(f, "%.*s", (int)len, p);
+    first = false;
+    p += len;
+    p += strspn(p, " ");
+  }
+  fputc('\n', f);
+}
+
 static void help_env(FILE *f) {
   size_t n = tool_setting_count();
-  fprintf(f, "Environment variables ferry reads (value now, and where it comes from):\n\n");
+  fprintf(f, "Environment variables ferry reads at ferry_init (ferry_set_option sets the same from code):\n\n");
   for (size_t i = 0; i < n; i++) {
     tool_setting s;
     if (!tool_setting_get(i, &s)) continue;
-    fprintf(f, "  %s\n      %s\n", s.name, s.description);
-    if (s.range && *s.range) fprintf(f, "      accepts: %s\n", s.range);
+    fprintf(f, "  %s\n", s.name);
+    wrap(f, 6, "", s.description);
+    if (s.range && *s.range) wrap(f, 6, "accepts:", s.range);
     fprintf(f, "      now: %s (%s)\n", s.value && *s.value ? s.value : "unset", s.source);
   }
   if (n == 0) fprintf(f, "  (this build of the library lists none)\n");
@@ -211,7 +232,8 @@ static void info_details(const ferry_device_info *info, ferry_device *d) {
              : "");
   printf("  zero-copy       %s\n", info->zero_copy ? "yes: the device's memory is host memory" : "no");
   if (info->host_ptr)
-    printf("  host-ptr        yes: arrays aligned to %zu bytes, lengths a multiple of it\n", info->host_ptr_alignment);
+    printf("  host-ptr        yes: arrays aligned to %zu byte%s, lengths a multiple of it\n", info->host_ptr_alignment,
+           info->host_ptr_alignment == 1 ? "" : "s");
   else
     printf("  host-ptr        no\n");
 }
