@@ -87,7 +87,9 @@ static int pick_devices(bench_run *run) {
       return 1;
     }
     if (!wanted(o, &d->info)) {
-      if (tool_is_debugging(&d->info)) run->left_out[run->left_out_count++] = d->info.index;
+      /* Said only when nothing was asked for: then the debugging devices are left out by default. */
+      bool by_default = !o->device_all && o->device_count == 0 && o->backend_count == 0;
+      if (by_default && tool_is_debugging(&d->info)) run->left_out[run->left_out_count++] = d->info.index;
       memset(d, 0, sizeof *d);
       continue;
     }
