@@ -250,7 +250,7 @@ static double py(const panel *P, double v) { return P->y + P->h - (log10(v) - P-
 
 /* The axes' ranges: x the sizes, with room for the markers; y the values, the
  * ratio's within RATIO_LOW..RATIO_HIGH and always around 1. */
-static void fit(const bench_run *run, panel *P, const series *s, int n) {
+static void fit(const bench_run *run, panel *P, const series *const *s, int n) {
   const bench_options *o = &run->opt;
   P->lx0 = log2((double)o->sizes[0]) - 0.4;
   P->lx1 = log2((double)o->sizes[o->size_count - 1]) + 0.4;
@@ -260,8 +260,8 @@ static void fit(const bench_run *run, panel *P, const series *s, int n) {
   }
   double lo = INFINITY, hi = 0;
   for (int i = 0; i < n; i++)
-    for (int k = 0; k < s[i].n; k++) {
-      double v = s[i].v[k];
+    for (int k = 0; k < s[i]->n; k++) {
+      double v = s[i]->v[k];
       if (P->kind == PANEL_RATIO) v = v < RATIO_LOW ? RATIO_LOW : v > RATIO_HIGH ? RATIO_HIGH : v;
       if (v < lo) lo = v;
       if (v > hi) hi = v;
@@ -413,10 +413,10 @@ static bool coincide(const panel *P, const series *a, const series *b) {
 
 static void draw_panel(FILE *f, const bench_run *run, panel *P, const series *all, int count, double ox, double oy,
                        double pw, double ph, int id) {
-  series s[3 * PATH_COUNT + 64];
+  const series *s[3 * PATH_COUNT + 64]; /* this panel's lines */
   int n = 0;
   for (int i = 0; i < count && n < (int)(sizeof s / sizeof s[0]); i++)
-    if (all[i].panel == P->kind) s[n++] = all[i];
+    if (all[i].panel == P->kind) s[n++] = &all[i];
   P->x = ox + 52;
   P->y = oy + 26;
   P->w = pw - 52 - 14;
@@ -458,16 +458,16 @@ static void draw_panel(FILE *f, const bench_run *run, panel *P, const series *al
           "clip-path=\"url(#clip%d)\">\n",
           id, P->x - 7, P->y - 7, P->w + 14, P->h + 14, id);
   for (int i = 0; i < n; i++)
-    draw_series(f, run, P, &s[i]);
+    draw_series(f, run, P, s[i]);
   fprintf(f, "</g>\n");
   /* Which lines hide under others. */
   char note[512] = "";
   size_t used = 0;
   for (int i = 0; i < n; i++) {
-    if (s[i].side == 1) continue;
+    if (s[i]->side == 1) continue;
     for (int j = i + 1; j < n; j++) {
-      if (s[j].side != s[i].side || !coincide(P, &s[i], &s[j])) continue;
-      int w = snprintf(note + used, sizeof note - used, "%s%s under %s", used ? ", " : "", s[i].label, s[j].label);
+      if (s[j]->side != s[i]->side || !coincide(P, s[i], s[j])) continue;
+      int w = snprintf(note + used, sizeof note - used, "%s%s under %s", used ? ", " : "", s[i]->label, s[j]->label);
       if (w > 0 && used + (size_t)w < sizeof note) used += (size_t)w;
       break;
     }
