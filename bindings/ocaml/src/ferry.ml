@@ -122,10 +122,10 @@ module Buffer = struct
   type keep = Keep_nothing | Keep : (_, _, _) Bigarray.Array1.t -> keep
 
   (* The stubs read [id] as field 0 and [host_memory] as field 1: keep them
-     first. The record is what the
-     finaliser is attached to, and it references the array, so the array lives
-     at least until the finaliser has released the buffer (Gc.finalise keeps
-     the value and everything it references alive while the finaliser runs). *)
+     first. The record is what the finaliser is attached to, and it references
+     the array, so the array lives at least until the finaliser has released
+     the buffer (Gc.finalise keeps the value and everything it references alive
+     while the finaliser runs). *)
   type 'a t = {
     id : int64; (* the ferry_buffer handle *)
     host_memory : bool; (* its device's memory is host memory (native, checked) *)
@@ -151,9 +151,8 @@ module Buffer = struct
     Device.t -> ('a, 'b, Bigarray.c_layout) Bigarray.Array1.t -> ('a, 'b) Bigarray.kind -> host_ptr_result
     = "ferry_ml_alloc_host_ptr"
 
-  (* The status (0 = FERRY_OK), never an exception: the finaliser calls it. *)
-  external c_free : 'a t -> int = "ferry_ml_free"
-  external c_raise_status : int -> unit = "ferry_ml_raise_status"
+  external c_free : 'a t -> unit = "ferry_ml_free"
+  external c_free_quietly : 'a t -> unit = "ferry_ml_free_quietly"
 
   external host_to_device : src:('a, 'b, Bigarray.c_layout) Bigarray.Array1.t -> dst:'a t -> unit
     = "ferry_ml_host_to_device"
@@ -171,44 +170,47 @@ module Buffer = struct
   external c_device_ptr : 'a t -> nativeint = "ferry_ml_device_ptr"
   external c_is_zero_copy : 'a t -> bool = "ferry_ml_is_zero_copy"
 
-  let ferry_ok = 0
-  let ferry_error_stale_buffer = 6
-
   (* Runs from the GC when a buffer becomes unreachable without [free]. It
-     never raises: ferry_free reports by status, and an exception from a signal
+     never raises: the stub reports nothing, and an exception from a signal
      handler while the runtime lock is released is dropped here. *)
   let finalise b =
     if (not b.freed) && b.session = !session then begin
       b.freed <- true;
-      (try ignore (c_free b : int) with _ -> ());
+      (try c_free_quietly b with _ -> ());
       b.keep <- Keep_nothing
     end
 
   external device_memory_is_host : Device.t -> bool = "ferry_ml_device_memory_is_host"
 
-  let make dev id length keep =
-    let b = { id; host_memory = device_memory_is_host dev; length; session = !session; freed = false; keep } in
+  (* Called right after the C allocation: nothing that can fail runs between
+     it and the finaliser's registration (host_memory is asked before). *)
+  let make ~host_memory id length keep =
+    let b = { id; host_memory; length; session = !session; freed = false; keep } in
     Gc.finalise finalise b;
     b
 
   let alloc dev n kind =
     if n < 0 then fail Invalid_argument "Memory.alloc: length %d is negative" n;
-    make dev (c_alloc dev n kind) n Keep_nothing
+    let host_memory = device_memory_is_host dev in
+    make ~host_memory (c_alloc dev n kind) n Keep_nothing
 
   let alloc_custom dev ~size ~elem_size =
     if size < 0 then fail Invalid_argument "Memory.alloc_custom: size %d is negative" size;
     if elem_size <= 0 then
       fail Invalid_argument "Memory.alloc_custom: elem_size %d is not a positive byte count" elem_size;
-    make dev (c_alloc_custom dev size elem_size) size Keep_nothing
+    let host_memory = device_memory_is_host dev in
+    make ~host_memory (c_alloc_custom dev size elem_size) size Keep_nothing
 
   let alloc_zero_copy dev array kind =
+    let host_memory = device_memory_is_host dev in
     match c_alloc_zero_copy dev array kind with
     | None -> None
-    | Some id -> Some (make dev id (Bigarray.Array1.dim array) (Keep array))
+    | Some id -> Some (make ~host_memory id (Bigarray.Array1.dim array) (Keep array))
 
   let alloc_host_ptr dev array kind =
+    let host_memory = device_memory_is_host dev in
     match c_alloc_host_ptr dev array kind with
-    | Made id -> Ok (make dev id (Bigarray.Array1.dim array) (Keep array))
+    | Made id -> Ok (make ~host_memory id (Bigarray.Array1.dim array) (Keep array))
     | Refused (why, alignment, text) ->
         Error
           (match why with
@@ -223,9 +225,11 @@ module Buffer = struct
       b.freed <- true;
       (* The array is let go only after ferry_free returned: freeing a
          host-pointer buffer hands the array back to the host first. *)
-      let status = c_free b in
-      b.keep <- Keep_nothing;
-      if status <> ferry_ok && status <> ferry_error_stale_buffer then c_raise_status status
+      match c_free b with
+      | () -> b.keep <- Keep_nothing
+      | exception e ->
+          b.keep <- Keep_nothing;
+          raise e
     end
 
   let size b = b.length

@@ -34,7 +34,7 @@
 
 /* Raises Ferry.Error (status, text). Ferry.status lists FERRY_ERROR_INVALID_ARGUMENT
  * .. FERRY_ERROR_BACKEND in the C order, so a status is its constructor + 1. */
-static void raise_text(ferry_status st, const char *text) {
+static _Noreturn void raise_text(ferry_status st, const char *text) {
   CAMLparam0();
   CAMLlocal1(msg);
   const value *exn = caml_named_value("ferry.error");
@@ -48,21 +48,16 @@ static void raise_text(ferry_status st, const char *text) {
 }
 
 /* Raises Ferry.Error with ferry's sentence about this thread's last failure. */
-static void raise_status(ferry_status st) {
+static _Noreturn void raise_status(ferry_status st) {
   char text[1024];
   snprintf(text, sizeof text, "%s", ferry_last_error());
   raise_text(st, text);
 }
 
-static void raise_fmt(ferry_status st, const char *fmt, long a, long b) {
+static _Noreturn void raise_fmt(ferry_status st, const char *fmt, long a, long b) {
   char text[512];
   snprintf(text, sizeof text, fmt, a, b);
   raise_text(st, text);
-}
-
-CAMLprim value ferry_ml_raise_status(value vstatus) {
-  raise_status((ferry_status)Int_val(vstatus));
-  return Val_unit;
 }
 
 /* ---- Bigarray kinds -------------------------------------------------------- */
@@ -306,14 +301,29 @@ CAMLprim value ferry_ml_alloc_host_ptr(value vindex, value varray, value vkind) 
   CAMLreturn(result);
 }
 
-/* The status, never an exception (Ferry's finaliser calls it). */
-CAMLprim value ferry_ml_free(value vbuf) {
-  CAMLparam1(vbuf);
+static ferry_status free_buffer(value vbuf) {
   ferry_buffer b = buffer_of(vbuf);
   caml_release_runtime_system();
   ferry_status st = ferry_free(b);
   caml_acquire_runtime_system();
-  CAMLreturn(Val_int((int)st));
+  return st;
+}
+
+/* Memory.free: a stale handle (freed already, or by ferry_shutdown) is not an
+ * error here; a driver failure while releasing is (the buffer is gone all the
+ * same). */
+CAMLprim value ferry_ml_free(value vbuf) {
+  CAMLparam1(vbuf);
+  ferry_status st = free_buffer(vbuf);
+  if (st != FERRY_OK && st != FERRY_ERROR_STALE_BUFFER) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+/* The finaliser's free: never raises a ferry failure (there is nobody to tell). */
+CAMLprim value ferry_ml_free_quietly(value vbuf) {
+  CAMLparam1(vbuf);
+  free_buffer(vbuf);
+  CAMLreturn(Val_unit);
 }
 
 /* ---- transfers ------------------------------------------------------------- */
