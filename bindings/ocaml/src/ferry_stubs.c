@@ -205,10 +205,10 @@ static ferry_buffer buffer_of(value vbuf) { return (ferry_buffer){(uint64_t)Int6
 
 /* Whether a transfer of `bytes` on this buffer releases the runtime lock. On
  * native and checked a transfer under this size is a memcpy of a few
- * microseconds at most: shorter than handing the lock to another thread and
- * taking it back (about 100 ns even for 64 bytes, docs/PERFORMANCE.md), and far
- * shorter than the runtime's 50 ms time slice. Everything else (GPU drivers,
- * OpenCL, Vulkan, large copies) releases it. */
+ * microseconds at most: handing the lock to another thread and taking it back
+ * costs about as much as a small one (docs/PERFORMANCE.md), and the runtime's
+ * time slice is 50 ms. Everything else (GPU drivers, OpenCL, Vulkan, large
+ * copies) releases it. */
 #define FERRY_ML_HOLD_LOCK_BELOW ((size_t)64 << 10)
 static int releases(value vbuf, size_t bytes) { return bytes >= FERRY_ML_HOLD_LOCK_BELOW || !Bool_val(Field(vbuf, 1)); }
 
