@@ -65,8 +65,8 @@ void ferry__stage_init(ferry_device *dev) {
   struct ferry_stage *s = &dev->state->stage;
   pthread_mutex_init(&s->lock, NULL);
   uint64_t v;
-  s->slot_bytes = ferry__env_bytes("FERRY_STAGE_BYTES", &v) && v >= 4096 ? (size_t)v : DEFAULT_SLOT_BYTES;
-  bool set = ferry__env_bytes("FERRY_STAGE_MIN", &v);
+  s->slot_bytes = ferry__option_number("FERRY_STAGE_BYTES", &v) ? (size_t)v : DEFAULT_SLOT_BYTES;
+  bool set = ferry__option_number("FERRY_STAGE_MIN", &v);
   s->min_write = set ? (size_t)v : DEFAULT_MIN_WRITE;
   s->min_read = set ? (size_t)v : DEFAULT_MIN_READ;
 }
