@@ -1,6 +1,7 @@
 /* The raw side of the OCaml benchmark: libferry's C calls, timed in C, in the
  * same process as the OCaml calls they are compared with. Every loop here holds
  * the OCaml runtime lock (the bench runs one thread). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #define CAML_NAME_SPACE
 #include <caml/alloc.h>
 #include <caml/bigarray.h>

@@ -13,6 +13,7 @@
  *    OCaml value or raises;
  *  - ferry_last_error() is copied to C memory before any OCaml allocation.
  */
+#define _POSIX_C_SOURCE 200809L /* posix_memalign, also in strict C modes */
 #define CAML_NAME_SPACE
 #include <caml/alloc.h>
 #include <caml/bigarray.h>
