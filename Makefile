@@ -7,7 +7,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all build run test clean format
+.PHONY: all build run test clean format install install-python
 
 all: build
 
@@ -32,3 +32,11 @@ format:
 
 clean:
 	rm -rf $(BUILD)
+
+# make install's Python step: the ferry package for $(PYTHON) under $(PREFIX)
+# (bindings/python/install.sh; skipped, saying why, without python3-dev).
+PREFIX ?= /usr/local
+PYTHON ?= python3
+install: install-python
+install-python:
+	PYTHON=$(PYTHON) sh bindings/python/install.sh $(PREFIX)
