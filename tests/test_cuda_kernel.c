@@ -20,19 +20,11 @@
  * (the fake driver without FAKE_CUDA_KERNELS), unless FERRY_REQUIRE_BACKENDS
  * names cuda.
  *
- * The PTX is nvcc 13.0's output (nvcc -ptx -arch=compute_75) for:
- *
- *   extern "C" __global__ void ferry_increment_i32(int *data, unsigned int n) {
- *     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
- *     if (i < n) data[i] += 1;
- *   }
- *
- * PTX ISA 9.0 for sm_75 and later: the driver compiles it for the GPU at hand
- * (sm_90 on an H200); ptxas accepts it for sm_75 and sm_90.
+ * The kernel, its PTX and launch are in tests/cuda_kernel.h.
  */
 #include "backends/cuda/cuda_api.h"
 #include "core/backend.h"
-#include "cuda_increment_ptx.h"
+#include "cuda_kernel.h"
 #include "harness.h"
 
 #include <spawn.h>
@@ -44,43 +36,9 @@ extern char **environ;
 
 static const ferry_cuda_api *api;
 
-static const char *cu_text(cu_result r) {
-  static char buf[768];
-  return ferry__cuda_error_text(r, buf, sizeof buf);
-}
-
-#define CHECK_CU(expr)                                                                                                 \
-  do {                                                                                                                 \
-    harness_checks++;                                                                                                  \
-    cu_result r_ = (expr);                                                                                             \
-    if (r_ != FCU_SUCCESS) harness_fail(__FILE__, __LINE__, "%s: %s", #expr, cu_text(r_));                             \
-  } while (0)
-
 /* data[0 .. n) += 1 on `stream`. */
 static cu_result launch(cu_function fn, uintptr_t data, unsigned int n, cu_stream stream) {
-  cu_deviceptr p = (cu_deviceptr)data;
-  void *params[] = {&p, &n};
-  unsigned int block = 256, grid = n ? (n + block - 1) / block : 1;
-  return api->cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream, params, NULL);
-}
-
-static int32_t value_at(size_t i, int32_t seed) { return (int32_t)((uint32_t)i * 2654435761u) ^ seed; }
-
-static void fill(int32_t *a, size_t n, int32_t seed) {
-  for (size_t i = 0; i < n; i++)
-    a[i] = value_at(i, seed);
-}
-
-/* a[i] must be value_at(i, seed) + add. */
-static void expect(const int32_t *a, size_t n, int32_t seed, int32_t add, const char *what) {
-  size_t bad = 0, first = SIZE_MAX;
-  for (size_t i = 0; i < n; i++)
-    if (a[i] != (int32_t)((uint32_t)value_at(i, seed) + (uint32_t)add)) {
-      if (first == SIZE_MAX) first = i;
-      bad++;
-    }
-  CHECK_MSG(bad == 0, "%s: %zu of %zu elements wrong, the first at %zu: %d, expected %d", what, bad, n, first,
-            first < n ? a[first] : 0, first < n ? (int32_t)((uint32_t)value_at(first, seed) + (uint32_t)add) : 0);
+  return increment_launch(api, fn, data, n, stream);
 }
 
 /* The module in the device's primary context, which is pushed (and stays

@@ -1,6 +1,6 @@
 /*
  * dlpack_cuda: DLPack between ferry and a CUDA program that runs its own kernel,
- * through the driver API (the kernel of cuda_increment_ptx.h adds 1 to every
+ * through the driver API (the kernel of cuda_kernel.h adds 1 to every
  * int32), on every CUDA device:
  *  - export: ferry writes a buffer and exports it; the consumer (the code below,
  *    as PyTorch or CuPy would) takes the versioned tensor, checks its device,
@@ -18,42 +18,13 @@
  * ctest dlpack_cuda runs it on a GPU, dlpack_cuda.fake on the fake driver.
  */
 #include "backends/cuda/cuda_api.h"
-#include "cuda_increment_ptx.h"
+#include "cuda_kernel.h"
 #include "harness.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 static const ferry_cuda_api *api;
-
-static const char *cu_text(cu_result r) {
-  static char buf[768];
-  return ferry__cuda_error_text(r, buf, sizeof buf);
-}
-
-#define CHECK_CU(expr)                                                                                                 \
-  do {                                                                                                                 \
-    harness_checks++;                                                                                                  \
-    cu_result r_ = (expr);                                                                                             \
-    if (r_ != FCU_SUCCESS) harness_fail(__FILE__, __LINE__, "%s: %s", #expr, cu_text(r_));                             \
-  } while (0)
-
-static int32_t value_at(size_t i, int32_t seed) { return (int32_t)((uint32_t)i * 2654435761u) ^ seed; }
-
-static void fill(int32_t *a, size_t n, int32_t seed) {
-  for (size_t i = 0; i < n; i++)
-    a[i] = value_at(i, seed);
-}
-
-static void expect(const int32_t *a, size_t n, int32_t seed, int32_t add, const char *what) {
-  size_t bad = 0, first = SIZE_MAX;
-  for (size_t i = 0; i < n; i++)
-    if (a[i] != (int32_t)((uint32_t)value_at(i, seed) + (uint32_t)add)) {
-      if (first == SIZE_MAX) first = i;
-      bad++;
-    }
-  CHECK_MSG(bad == 0, "%s: %zu of %zu elements wrong, the first at %zu", what, bad, n, first);
-}
 
 /* The consumer's kernel in the device's primary context (pushed while it runs). */
 typedef struct consumer {
@@ -99,9 +70,7 @@ static void consumer_stop(consumer *c) {
 /* data[0 .. n) += 1 on the consumer's stream, then waits for it. */
 static void consumer_increment(consumer *c, cu_deviceptr data, unsigned int n) {
   CHECK_CU(api->cuCtxPushCurrent(c->ctx));
-  void *params[] = {&data, &n};
-  unsigned int block = 256, grid = (n + block - 1) / block;
-  CHECK_CU(api->cuLaunchKernel(c->fn, grid, 1, 1, block, 1, 1, 0, c->stream, params, NULL));
+  CHECK_CU(increment_launch(api, c->fn, (uintptr_t)data, n, c->stream));
   CHECK_CU(api->cuStreamSynchronize(c->stream));
   cu_context popped;
   api->cuCtxPopCurrent(&popped);

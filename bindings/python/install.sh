@@ -11,14 +11,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=${1:-/usr/local}
 python=${PYTHON:-python3}
-missing=$("$python" - <<'PY' 2>/dev/null
-import importlib.util, os, sysconfig
-need = [m for m in ("setuptools", "pip", "numpy") if importlib.util.find_spec(m) is None]
-if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
-    need.append("Python.h")
-print(", ".join(need))
-PY
-) || missing="a working interpreter"
+. "$here/tests/find_python.sh"
+missing=$(ferry_python_missing "$python" setuptools pip numpy)
 if [ -n "$missing" ]; then
   echo "install: the Python package is not installed: $python lacks $missing" \
     "(Debian: apt-get install python3-dev python3-setuptools python3-pip python3-numpy; or PYTHON=...)"

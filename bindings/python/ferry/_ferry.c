@@ -503,6 +503,34 @@ static bool parse_transfer_args(const char *fn, const char *first, PyObject *con
   return true;
 }
 
+/* Moves the bytes between `array` and the buffer, in either direction: the
+ * whole buffer with exact sizes, or the array's bytes at `offset` bytes (a
+ * range) when `ranged`. The GIL is released while the bytes move. */
+static bool transfer(const char *fn, BufferObject *b, PyObject *array, bool to_host, bool ranged, size_t offset) {
+  Py_buffer view;
+  if (!get_array(array, &view, to_host, fn)) return false;
+  if (!check_array_type(fn, &view, b)) {
+    PyBuffer_Release(&view);
+    return false;
+  }
+  ferry_status st;
+  size_t n = view_elements(&view), bytes = (size_t)view.len;
+  ferry_kind kind = b->type.kind;
+  ferry_buffer h = b->handle;
+  Py_BEGIN_ALLOW_THREADS;
+  if (ranged)
+    st = to_host ? ferry_read(h, offset, view.buf, bytes) : ferry_write(h, offset, view.buf, bytes);
+  else if (kind == FERRY_CUSTOM)
+    st = to_host ? ferry_device_to_host_ptr(h, view.buf, bytes) : ferry_host_ptr_to_device(view.buf, bytes, h);
+  else
+    st = to_host ? ferry_device_to_host(h, ferry_array_of(view.buf, n, kind))
+                 : ferry_host_to_device(ferry_array_of(view.buf, n, kind), h);
+  Py_END_ALLOW_THREADS;
+  PyBuffer_Release(&view);
+  if (st != FERRY_OK) raise_ferry(st);
+  return st == FERRY_OK;
+}
+
 PyDoc_STRVAR(buffer_write_doc,
              "write(array, /, *, offset=None)\n--\n\n"
              "Copies the array into the buffer. The array must have the buffer's dtype (any shape,\n"
@@ -518,27 +546,7 @@ static PyObject *buffer_write(BufferObject *b, PyObject *const *args, Py_ssize_t
   if (!buffer_live(b)) return NULL;
   size_t offset_elements = 0, offset = 0;
   if (offset_obj && !parse_offset(offset_obj, b, fn, &offset_elements, &offset)) return NULL;
-  Py_buffer view;
-  if (!get_array(array, &view, false, fn)) return NULL;
-  if (!check_array_type(fn, &view, b)) {
-    PyBuffer_Release(&view);
-    return NULL;
-  }
-  ferry_status st;
-  size_t n = view_elements(&view);
-  ferry_kind kind = b->type.kind;
-  ferry_buffer h = b->handle;
-  bool ranged = offset_obj != NULL;
-  Py_BEGIN_ALLOW_THREADS;
-  if (ranged)
-    st = ferry_write(h, offset, view.buf, (size_t)view.len);
-  else if (kind == FERRY_CUSTOM)
-    st = ferry_host_ptr_to_device(view.buf, (size_t)view.len, h);
-  else
-    st = ferry_host_to_device(ferry_array_of(view.buf, n, kind), h);
-  Py_END_ALLOW_THREADS;
-  PyBuffer_Release(&view);
-  if (st != FERRY_OK) return raise_ferry(st);
+  if (!transfer(fn, b, array, false, offset_obj != NULL, offset)) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -556,10 +564,9 @@ static PyObject *buffer_read(BufferObject *b, PyObject *const *args, Py_ssize_t 
   if (!buffer_live(b)) return NULL;
   size_t offset_elements = 0, offset = 0;
   if (offset_obj && !parse_offset(offset_obj, b, fn, &offset_elements, &offset)) return NULL;
-  ferry_status st;
   if (out == NULL || out == Py_None) {
     if (offset_elements > b->length) { /* ferry's own sentence for an offset past the end */
-      st = ferry_read(b->handle, offset, NULL, 0);
+      ferry_status st = ferry_read(b->handle, offset, NULL, 0);
       return raise_ferry(st == FERRY_OK ? FERRY_ERROR_OUT_OF_RANGE : st);
     }
     out = PyObject_CallFunction(numpy_empty, "nO", (Py_ssize_t)(b->length - offset_elements), b->dtype);
@@ -567,32 +574,9 @@ static PyObject *buffer_read(BufferObject *b, PyObject *const *args, Py_ssize_t 
     Py_INCREF(out);
   }
   if (!out) return NULL;
-  Py_buffer view;
-  if (!get_array(out, &view, true, fn)) {
+  if (!transfer(fn, b, out, true, offset_obj != NULL, offset)) {
     Py_DECREF(out);
     return NULL;
-  }
-  if (!check_array_type(fn, &view, b)) {
-    PyBuffer_Release(&view);
-    Py_DECREF(out);
-    return NULL;
-  }
-  size_t n = view_elements(&view);
-  ferry_kind kind = b->type.kind;
-  ferry_buffer h = b->handle;
-  bool ranged = offset_obj != NULL;
-  Py_BEGIN_ALLOW_THREADS;
-  if (ranged)
-    st = ferry_read(h, offset, view.buf, (size_t)view.len);
-  else if (kind == FERRY_CUSTOM)
-    st = ferry_device_to_host_ptr(h, view.buf, (size_t)view.len);
-  else
-    st = ferry_device_to_host(h, ferry_array_of(view.buf, n, kind));
-  Py_END_ALLOW_THREADS;
-  PyBuffer_Release(&view);
-  if (st != FERRY_OK) {
-    Py_DECREF(out);
-    return raise_ferry(st);
   }
   return out;
 }

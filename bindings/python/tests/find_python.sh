@@ -1,20 +1,28 @@
-# Sourced by run_tests.sh and check_pip_install.sh: sets PYTHON to the first
-# interpreter (FERRY_PYTHON, python3, /usr/bin/python3) that can build and test
-# the package (Python's headers, setuptools, NumPy, pytest), or exits: 77
-# (skipped, with the reason, as ctest expects) or 1 when FERRY_REQUIRE_PYTHON=1.
-# $1: the test's name, for the message.
-ferry_find_python() {
-  why=""
-  for candidate in ${FERRY_PYTHON:-} python3 /usr/bin/python3; do
-    command -v "$candidate" >/dev/null 2>&1 || continue
-    missing=$("$candidate" - <<'PY' 2>/dev/null
-import importlib.util, os, sysconfig
-need = [m for m in ("numpy", "pytest", "setuptools") if importlib.util.find_spec(m) is None]
+# Sourced by run_tests.sh, check_pip_install.sh and ../install.sh.
+
+# ferry_python_missing PYTHON MODULE...: prints what PYTHON lacks of the modules
+# and of its own headers (Python.h), comma-separated; nothing when it has all.
+ferry_python_missing() {
+  _python=$1
+  shift
+  "$_python" - "$@" <<'PY' 2>/dev/null || echo "a working interpreter"
+import importlib.util, os, sys, sysconfig
+need = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]
 if not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")):
     need.append("Python.h (python3-dev)")
 print(", ".join(need))
 PY
-    ) || missing="a working interpreter"
+}
+
+# ferry_find_python TEST: sets PYTHON to the first interpreter (FERRY_PYTHON,
+# python3, /usr/bin/python3) that can build and test the package (its headers,
+# setuptools, NumPy, pytest), or exits: 77 (skipped, with the reason, as ctest
+# expects), or 1 when FERRY_REQUIRE_PYTHON=1.
+ferry_find_python() {
+  why=""
+  for candidate in ${FERRY_PYTHON:-} python3 /usr/bin/python3; do
+    command -v "$candidate" >/dev/null 2>&1 || continue
+    missing=$(ferry_python_missing "$candidate" numpy pytest setuptools)
     if [ -z "$missing" ]; then
       PYTHON=$candidate
       return 0

@@ -48,7 +48,7 @@ FERRY_REQUIRE_BACKENDS=cuda build/tests/test_cuda_kernel | tail -4
 echo "== bench_dlpack ($(date -u +%H:%M:%S))"
 build/bench/bench_dlpack
 echo "== python suite ($(date -u +%H:%M:%S))"
-FERRY_REQUIRE_PYTHON=1 FERRY_PYTHON=python3 sh bindings/python/tests/run_tests.sh "$PWD/build/libferry.a" /tmp/ferry-py -q 2>&1 | tail -15
+FERRY_REQUIRE_PYTHON=1 FERRY_PYTHON=python3 sh bindings/python/tests/run_tests.sh "$PWD/build/libferry.a" /tmp/ferry-py 2>&1 | tail -15
 echo "== PyTorch, CuPy, JAX ($(date -u +%H:%M:%S))"
 [ -d /tmp/ferry-py/lib ] && PYTHONPATH=/tmp/ferry-py/lib python3 bindings/python/tests/gpu_interop.py
 echo "== done $(date -u +%H:%M:%S)"
