@@ -51,4 +51,9 @@ echo "== python suite ($(date -u +%H:%M:%S))"
 FERRY_REQUIRE_PYTHON=1 FERRY_PYTHON=python3 sh bindings/python/tests/run_tests.sh "$PWD/build/libferry.a" /tmp/ferry-py 2>&1 | tail -15
 echo "== PyTorch, CuPy, JAX ($(date -u +%H:%M:%S))"
 [ -d /tmp/ferry-py/lib ] && PYTHONPATH=/tmp/ferry-py/lib python3 bindings/python/tests/gpu_interop.py
+echo "== bench_python, three runs ($(date -u +%H:%M:%S))"
+for run in 1 2 3; do
+  [ -d /tmp/ferry-py/lib ] && PYTHONPATH=/tmp/ferry-py/lib python3 bindings/python/bench/bench_python.py \
+    --json "$OUT/bench_python_$run.json"
+done
 echo "== done $(date -u +%H:%M:%S)"
