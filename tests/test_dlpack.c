@@ -16,7 +16,8 @@
  *  - foreign memory: host memory (malloc) on native and checked, and as a
  *    host-pointer buffer on OpenCL; a cl_mem made in ferry's context; CUDA memory
  *    from cuMemAlloc outside ferry; byte_offset, 2-D and 0-D shapes, empty tensors;
- *  - refusals, each with its reason and sentence, and malformed tensors.
+ *  - refusals, each with its reason and sentence, and malformed tensors;
+ *  - deleters on several threads racing the buffer's ferry_free.
  *
  * The CUDA part runs where a cuda device exists (the ctest dlpack.cuda_fake runs
  * it on the fake driver with two GPUs).
@@ -25,6 +26,7 @@
 #include "backends/opencl/opencl_api.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
@@ -838,6 +840,54 @@ static void cuda_imports(void) {
   harness_context = "";
 }
 
+/* ---- threads: deleters racing ferry_free and each other ------------------------------------------- */
+
+#define RACE_THREADS 4
+#define RACE_TENSORS 64
+
+typedef struct race {
+  ferry_dl_managed_tensor_versioned *tensors[RACE_TENSORS];
+  int first;
+} race;
+
+static void *release_some(void *arg) {
+  race *r = arg;
+  for (int i = r->first; i < RACE_TENSORS; i += RACE_THREADS)
+    r->tensors[i]->deleter(r->tensors[i]);
+  return NULL;
+}
+
+/* Tensors of one buffer released on several threads while the main thread frees
+ * the buffer: the memory goes exactly once, when the last reference does. */
+static void racing_deleters(void) {
+  ferry_device *dev = device_of_backend("native");
+  if (!dev) dev = device_of_backend("checked");
+  if (!dev) return;
+  harness_context = "racing deleters";
+  ferry_stats before = stats_of(dev);
+  for (int round = 0; round < 20; round++) {
+    ferry_buffer b;
+    CHECK_OK(ferry_alloc(dev, 4096, FERRY_UINT8, &b));
+    ferry_dl_managed_tensor_versioned *tensors[RACE_TENSORS];
+    for (int i = 0; i < RACE_TENSORS; i++)
+      CHECK_OK(ferry_dlpack_export_versioned(b, &tensors[i]));
+    race r[RACE_THREADS];
+    pthread_t threads[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++) {
+      memcpy(r[t].tensors, tensors, sizeof tensors);
+      r[t].first = t;
+      CHECK(pthread_create(&threads[t], NULL, release_some, &r[t]) == 0);
+    }
+    CHECK_OK(ferry_free(b));
+    for (int t = 0; t < RACE_THREADS; t++)
+      pthread_join(threads[t], NULL);
+    CHECK(stats_of(dev).live_buffers == before.live_buffers);
+    CHECK(stats_of(dev).bytes_in_use == before.bytes_in_use);
+  }
+  CHECK(ferry_dlpack_live_exports() == exports_at_start);
+  harness_context = "";
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------------ */
 
 static void shutdown_cases(void) {
@@ -901,6 +951,7 @@ int main(void) {
   host_imports();
   opencl_imports();
   cuda_imports();
+  racing_deleters();
   shutdown_cases();
   ferry_shutdown();
   return harness_finish("dlpack");
