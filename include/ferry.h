@@ -53,7 +53,7 @@ typedef enum ferry_status {
   FERRY_ERROR_OUT_OF_RANGE,     /* offset + bytes runs past the end of a buffer */
   FERRY_ERROR_STALE_BUFFER,     /* the handle was freed already (use after free, double free) or never existed */
   FERRY_ERROR_UNSUPPORTED,      /* this device cannot do this (alloc_zero_copy on a GPU) */
-  FERRY_ERROR_REFUSED,          /* alloc_host_ptr refused; the reason is in *out_refusal */
+  FERRY_ERROR_REFUSED,          /* alloc_host_ptr (or a DLPack import) refused; the reason is in *out_refusal */
   FERRY_ERROR_OUT_OF_MEMORY,    /* device or host memory exhausted (after releasing cached memory) */
   FERRY_ERROR_NO_DEVICE,        /* device index out of range */
   FERRY_ERROR_BACKEND,          /* a driver call failed; the message names the call and the driver's code */
@@ -132,9 +132,11 @@ FERRY_API ferry_status ferry_init(void);
 
 /* Frees every buffer, cached allocation, pinned host block and device, and unloads
  * the drivers. Every buffer handle and device pointer becomes stale; a later call
- * initialises again, and old handles stay stale. With FERRY_DEBUG=leaks in the
- * environment, prints every buffer still live to stderr first. Must not race any
- * other ferry call. */
+ * initialises again, and old handles stay stale. Memory that DLPack tensors still
+ * hold is released too (their deleters stay safe to call later; see
+ * ferry_dlpack_export), and imported tensors' deleters run. With FERRY_DEBUG=leaks
+ * in the environment, prints every buffer still live to stderr first. Must not
+ * race any other ferry call. */
 FERRY_API void ferry_shutdown(void);
 
 /* Number of devices, across all backends. */
@@ -277,7 +279,10 @@ FERRY_API ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array ho
  * after, returns FERRY_ERROR_STALE_BUFFER and touches nothing. The memory may be
  * kept in the device's allocation cache (see ferry_device_trim). A host-ptr
  * buffer gives its array back to the host (a pending device-side view is
- * synchronised first); the array itself is never freed. */
+ * synchronised first); the array itself is never freed. A buffer exported through
+ * DLPack keeps its memory until the last tensor's deleter runs (the handle is
+ * stale at once all the same); a buffer imported from DLPack calls its
+ * producer's deleter when its memory goes. */
 FERRY_API ferry_status ferry_free(ferry_buffer buffer);
 
 /* ------------------------------------------------------------------------- */
