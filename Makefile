@@ -11,8 +11,9 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 PREFIX ?= /usr/local
+PYTHON ?= python3
 
-.PHONY: all build run test clean format install install-files
+.PHONY: all build run test clean format install install-files install-python
 
 all: build
 
@@ -34,18 +35,25 @@ test: build
 
 # Everything a user needs, under PREFIX: libferry (shared and static), ferry.h,
 # the CMake package, ferry.pc and the ferry command; the OCaml library `ferry`
-# where ocamlfind and dune are present (OCAMLPATH=PREFIX/lib). install-files is
-# the list of steps without the build (the install ctests run it): one line per
-# part.
+# where ocamlfind and dune are present (OCAMLPATH=PREFIX/lib); the Python package
+# where python3-dev is. install-files is the C and OCaml steps without the build
+# (the install ctests run it), install-python the Python step: one line per part.
 install: build
 	$(MAKE) --no-print-directory install-files BUILD=$(BUILD) PREFIX=$(PREFIX)
+	$(MAKE) --no-print-directory install-python PREFIX=$(PREFIX)
 
 install-files:
 	cmake --install $(BUILD) --prefix $(PREFIX)
 	sh bindings/ocaml/install.sh $(BUILD) $(PREFIX)
+
+# The Python package `ferry` for $(PYTHON) under $(PREFIX) (bindings/python/install.sh;
+# skipped, saying why, without python3-dev).
+install-python:
+	PYTHON=$(PYTHON) sh bindings/python/install.sh $(PREFIX)
 
 format:
 	clang-format -i include/*.h src/*/*.[ch] src/backends/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch]
 
 clean:
 	rm -rf $(BUILD)
+

@@ -887,6 +887,7 @@ FAKE_API cu_result cuPointerGetAttribute(void *data, cu_pointer_attribute attrib
   case FCU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(cu_deviceptr *)data = ptr; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = (void *)(uintptr_t)ptr; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = copy.sync_memops; return FCU_SUCCESS;
+  case FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = copy.ctx ? copy.ctx->ordinal : -1; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(cu_deviceptr *)data = copy.start; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = copy.size; return FCU_SUCCESS;
   default: return FCU_ERROR_INVALID_VALUE;
@@ -916,6 +917,7 @@ FAKE_API cu_result cuPointerGetAttributes(unsigned int count, cu_pointer_attribu
     case FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(cu_deviceptr *)data[i] = 0; break;
     case FCU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data[i] = NULL; break;
     case FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data[i] = 0; break;
+    case FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = -1; break;
     case FCU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = 0; break;
     default: return FCU_ERROR_INVALID_VALUE;
     }

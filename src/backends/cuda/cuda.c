@@ -59,7 +59,8 @@ typedef struct shifted_block {
 } shifted_block;
 
 typedef struct cuda_device {
-  int index; /* among this backend's devices */
+  int index;   /* among this backend's devices */
+  int ordinal; /* CUDA's (cuDeviceGet), DLPack's device id */
   cu_device device;
   cu_context ctx; /* the primary context, retained */
   int cc_major, cc_minor;
@@ -483,6 +484,59 @@ static ferry_status cuda_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
+/* ---- DLPack: memory allocated outside ferry ------------------------------------------------------ */
+
+/* A CUdeviceptr from another library (a DLPack import): the driver must know it
+ * as this GPU's memory, and the tensor must lie inside one allocation. */
+static ferry_status cuda_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                        ferry_mem *out, ferry_refusal *out_refusal) {
+  cuda_device *cd = dev->impl;
+  cu_deviceptr p = (cu_deviceptr)data + byte_offset;
+  *out_refusal = FERRY_REFUSAL_DRIVER;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  unsigned int type = 0;
+  int ordinal = -1;
+  cu_deviceptr start = 0;
+  size_t size = 0;
+  cu_pointer_attribute attrs[4] = {FCU_POINTER_ATTRIBUTE_MEMORY_TYPE, FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR, FCU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *values[4] = {&type, &ordinal, &start, &size};
+  cu_result r = API.cuPointerGetAttributes(4, attrs, values, p);
+  ctx_leave(&scope);
+  char size_text[64];
+  ferry__bytes_text(bytes, size_text);
+  if (r != FCU_SUCCESS) {
+    char err[768];
+    return ferry__fail(FERRY_ERROR_REFUSED, "cuPointerGetAttributes(0x%llx) on %s failed: %s", (unsigned long long)p,
+                       dev->label, ferry__cuda_error_text(r, err, sizeof err));
+  }
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (type == 0)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the CUDA driver does not know 0x%llx as memory (on %s)",
+                       (unsigned long long)p, dev->label);
+  if (type != FCU_MEMORYTYPE_DEVICE && type != FCU_MEMORYTYPE_UNIFIED)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "0x%llx is host memory registered with CUDA, not device memory (DLPack calls it kDLCUDAHost)",
+                       (unsigned long long)p);
+  if (ordinal != cd->ordinal)
+    return ferry__fail(FERRY_ERROR_REFUSED, "0x%llx is memory of CUDA device %d, not of %s (CUDA device %d)",
+                       (unsigned long long)p, ordinal, dev->label, cd->ordinal);
+  if (size > 0 && !(p >= start && p - start <= size && bytes <= size - (p - start)))
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "%s at 0x%llx run past the end of the allocation they lie in (0x%llx, %zu bytes) on %s",
+                       size_text, (unsigned long long)p, (unsigned long long)start, size, dev->label);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = (uintptr_t)p, .host = NULL, .impl = NULL, .bytes = bytes};
+  return FERRY_OK;
+}
+
+static ferry_dl_device cuda_dlpack_device(const ferry_device *dev) {
+  const cuda_device *cd = dev->impl;
+  return (ferry_dl_device){FERRY_DL_CUDA, cd->ordinal};
+}
+
 /* ---- pinned host memory ---------------------------------------------------------------------- */
 
 static ferry_status cuda_host_alloc(ferry_device *dev, size_t bytes, void **out) {
@@ -768,6 +822,8 @@ static const ferry_device_ops cuda_ops = {
     .read_async = cuda_read_async,
     .wait_slot = cuda_wait_slot,
     .host_is_pinned = cuda_host_is_pinned,
+    .foreign_import = cuda_foreign_import,
+    .dlpack_device = cuda_dlpack_device,
     .destroy = cuda_destroy,
 };
 
@@ -911,6 +967,7 @@ static ferry_status cuda_probe(ferry_probe *probe) {
       pthread_mutex_init(&cd->bounce[i].lock, NULL);
     pthread_mutex_init(&cd->shifted_lock, NULL);
     cd->index = added;
+    cd->ordinal = ordinal;
     cd->mode = mode;
     cd->peer_enabled = peer;
     ferry_device_desc desc;

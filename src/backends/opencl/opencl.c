@@ -431,6 +431,44 @@ static ferry_status cl_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
+/* A cl_mem that ferry did not create (a DLPack import): a buffer object of this
+ * device's own context (each ferry device has a context of its own, and a cl_mem
+ * is usable only in its context), large enough for the tensor. */
+static ferry_status cl_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                      ferry_mem *out, ferry_refusal *out_refusal) {
+  cl_device *cd = device_of(dev);
+  cl_mem mem = (cl_mem)data;
+  *out_refusal = FERRY_REFUSAL_UNSUPPORTED;
+  if (byte_offset != 0)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "byte_offset %llu into a cl_mem: ferry addresses OpenCL buffers from their start (%s)",
+                       (unsigned long long)byte_offset, dev->label);
+  cl_context context = NULL;
+  cl_uint type = 0;
+  size_t size = 0;
+  cl_int err = API->clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (err != CL_SUCCESS)
+    return ferry__fail(FERRY_ERROR_REFUSED, "%s (%d) from clGetMemObjectInfo: %p is not a cl_mem %s can use",
+                       ferry__opencl_error_name(err), (int)err, (void *)mem, dev->label);
+  if (context != cd->context)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "the cl_mem %p belongs to another OpenCL context than %s's, and a cl_mem is usable only in its "
+                       "own context (make it in the context ferry_device_native gives)",
+                       (void *)mem, dev->label);
+  if (type != CL_MEM_OBJECT_BUFFER)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the cl_mem %p is an image (type 0x%x), not a buffer", (void *)mem,
+                       (unsigned)type);
+  if (size < bytes)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the tensor has %zu bytes, its cl_mem %p only %zu", bytes, (void *)mem,
+                       size);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = data, .bytes = bytes};
+  return FERRY_OK;
+}
+
 /* Pinned host memory: a mapped CL_MEM_ALLOC_HOST_PTR buffer on devices with
  * memory of their own (NVIDIA's OpenCL pins it, and transfers from it run at
  * full speed); page-aligned malloc on CPU devices, and where the driver cannot
@@ -627,6 +665,7 @@ static const ferry_device_ops cl_ops = {
     .native = cl_native,
     .free_memory = cl_free_memory,
     .driver_info = cl_driver_info,
+    .foreign_import = cl_foreign_import,
     .destroy = cl_destroy,
 };
 
@@ -652,6 +691,7 @@ static const ferry_device_ops cl_ops_pipelined = {
     .write_async = cl_write_async,
     .read_async = cl_read_async,
     .wait_slot = cl_wait_slot,
+    .foreign_import = cl_foreign_import,
     .destroy = cl_destroy,
 };
 

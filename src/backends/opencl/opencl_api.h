@@ -108,10 +108,15 @@ typedef struct cl_device_pci_bus_info_khr {
 #define CL_MAP_WRITE_INVALIDATE_REGION (1u << 2) /* OpenCL 1.2 */
 
 /* cl_mem_info */
+#define CL_MEM_TYPE      0x1100
 #define CL_MEM_FLAGS     0x1101
 #define CL_MEM_SIZE      0x1102
 #define CL_MEM_HOST_PTR  0x1103
 #define CL_MEM_MAP_COUNT 0x1104
+#define CL_MEM_CONTEXT   0x1106
+
+/* cl_mem_object_type */
+#define CL_MEM_OBJECT_BUFFER 0x10F0
 
 /* cl_event_info and execution status */
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
