@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ferry: one memory API over every compute device on a machine.
  *
