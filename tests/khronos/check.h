@@ -27,12 +27,12 @@ template <typename T> std::string kind_of() {
   if constexpr (std::is_void<T>::value)
     return "v";
   else {
-    const char *c = std::is_pointer<T>::value         ? "p"
-                    : std::is_enum<T>::value          ? "e"
+    const char *c = std::is_pointer<T>::value          ? "p"
+                    : std::is_enum<T>::value           ? "e"
                     : std::is_floating_point<T>::value ? "f"
-                    : std::is_integral<T>::value      ? (std::is_signed<T>::value ? "i" : "u")
-                    : std::is_array<T>::value         ? "a"
-                                                      : "s";
+                    : std::is_integral<T>::value       ? (std::is_signed<T>::value ? "i" : "u")
+                    : std::is_array<T>::value          ? "a"
+                                                       : "s";
     return c + std::to_string(sizeof(T));
   }
 }

@@ -10,7 +10,7 @@
 #include "backends/opencl/opencl_api.h"
 #define FUNCTION_TYPE(name) decltype(ferry_cl_api::name)
 #elif defined(FERRY_API_OPENCL) && defined(KHRONOS_SIDE)
-#define CL_TARGET_OPENCL_VERSION 300
+#define CL_TARGET_OPENCL_VERSION          300
 #define CL_USE_DEPRECATED_OPENCL_1_2_APIS /* clCreateCommandQueue: ferry uses the 1.2 entry points */
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
@@ -27,7 +27,7 @@
  * did, so that older headers (Debian 12: 1.3.239) check them too. */
 #define VK_ERROR_VALIDATION_FAILED VK_ERROR_VALIDATION_FAILED_EXT
 #define VK_ERROR_NOT_PERMITTED     VK_ERROR_NOT_PERMITTED_KHR
-#define FUNCTION_TYPE(name) PFN_##name
+#define FUNCTION_TYPE(name)        PFN_##name
 #else
 #error "build with -DFERRY_SIDE or -DKHRONOS_SIDE, and -DFERRY_API_OPENCL or -DFERRY_API_VULKAN"
 #endif
@@ -38,9 +38,9 @@
 #define SIDE khronos_side
 #endif
 
-#define FERRY_CONST(name) {"constant", #name, std::to_string((long long)(name))},
+#define FERRY_CONST(name)  {"constant", #name, std::to_string((long long)(name))},
 #define FERRY_STRING(name) {"string", #name, name},
-#define FERRY_TYPE(name) {"type", #name, kind_of<name>()},
+#define FERRY_TYPE(name)   {"type", #name, kind_of<name>()},
 #define FERRY_STRUCT(name) {"struct", #name, kind_of<name>() + " align " + std::to_string(alignof(name))},
 #define FERRY_MEMBER(s, m)                                                                                             \
   {"member", #s "." #m, "offset " + std::to_string(offsetof(s, m)) + " " + kind_of<decltype(s::m)>()},
