@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ferry: one memory API over every compute device on a machine.
  *
@@ -304,7 +305,13 @@ FERRY_API ferry_status ferry_option_get(size_t index, ferry_option_info *out);
 typedef struct ferry_buffer {
   uint64_t id;
 } ferry_buffer;
+/* A handle that is never a buffer's (id 0: every use gives FERRY_ERROR_STALE_BUFFER).
+ * C spells it as a compound literal; C++, which has none, as a braced temporary. */
+#ifdef __cplusplus
+#define FERRY_NULL_BUFFER (ferry_buffer{0})
+#else
 #define FERRY_NULL_BUFFER ((ferry_buffer){0})
+#endif
 
 /* Why ferry_alloc_host_ptr said no. */
 typedef enum ferry_refusal {

@@ -290,6 +290,7 @@ static void remove_region(region *r) { *r = regions[--region_count]; }
 
 /* The current context, or an error: not initialised, none current, sticky. */
 static cu_result need_ctx(const char *function, fake_ctx **out) {
+  *out = NULL; /* set on every path, so that callers' compilers see it written */
   if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
   fake_ctx *c = current_ctx();
   if (!c) {

@@ -19,14 +19,11 @@
  * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a per-device stream and one event per
  * slot. docs/backends/cuda.md has the whole mapping and the reasons.
  */
-#if !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* RTLD_NODELETE */
-#endif
 #include "cuda_api.h"
 
 #include "../../core/backend.h"
+#include "../../core/library.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -831,28 +828,22 @@ static const ferry_device_ops cuda_ops = {
 
 static void unload_library(void) {
   atomic_store(&g.loaded, false);
-  if (g.lib) dlclose(g.lib);
+  ferry__library_close(g.lib);
   g.lib = NULL;
   memset(&g.api, 0, sizeof g.api);
 }
 
 static ferry_status load_library(void) {
   const char *env = ferry__option_text("FERRY_CUDA_LIBRARY");
-  snprintf(g.path, sizeof g.path, "%s", env ? env : "libcuda.so.1");
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifdef RTLD_NODELETE
-  flags |= RTLD_NODELETE; /* the driver keeps threads and handlers: never unmap it */
-#endif
-  dlerror();
-  g.lib = dlopen(g.path, flags);
-  if (!g.lib) {
-    const char *why = dlerror();
-    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why ? why : g.path);
-  }
+  snprintf(g.path, sizeof g.path, "%s", env && *env ? env : "libcuda.so.1");
+  char why[512];
+  bool keep_loaded = true; /* the driver keeps threads and handlers: never unmap it */
+  g.lib = ferry__library_open(g.path, keep_loaded, why, sizeof why);
+  if (!g.lib) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why);
   const char *missing = NULL;
 #define LOOKUP(required, member, symbol, ret, params)                                                                  \
   {                                                                                                                    \
-    void *sym = dlsym(g.lib, symbol);                                                                                  \
+    void *sym = ferry__library_symbol(g.lib, symbol);                                                                  \
     memcpy(&g.api.member, &sym, sizeof sym);                                                                           \
     if (!sym && required && !missing) missing = symbol;                                                                \
   }

@@ -2,8 +2,8 @@
 #include "opencl_api.h"
 
 #include "../../core/backend.h"
+#include "../../core/library.h"
 
-#include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,23 +60,15 @@ int ferry__opencl_load(ferry_cl_api *out, void **out_handle, char *why, size_t w
   /* The ICD loader stays in memory after dlclose: it never unloads the vendor
    * drivers it opened (their threads outlive ferry_shutdown), and a new
    * ferry_init finds it as it was. Unmapping it would only orphan its state. */
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifdef RTLD_NODELETE
-  flags |= RTLD_NODELETE;
-#endif
-  void *handle = dlopen(path, flags);
-  if (!handle) {
-    const char *err = dlerror();
-    snprintf(why, why_size, "%s%s", err ? err : path, err ? "" : ": cannot be loaded");
-    return -1;
-  }
+  void *handle = ferry__library_open(path, true, why, why_size);
+  if (!handle) return -1;
   ferry_cl_api api;
   memset(&api, 0, sizeof api);
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-    void *sym = dlsym(handle, entries[i].name);
+    void *sym = ferry__library_symbol(handle, entries[i].name);
     if (!sym && entries[i].required) {
       snprintf(why, why_size, "%s has no %s: not an OpenCL 1.2 ICD loader", path, entries[i].name);
-      dlclose(handle);
+      ferry__library_close(handle);
       return -1;
     }
     /* A data pointer from dlsym into a function pointer field, without the cast
@@ -88,9 +80,7 @@ int ferry__opencl_load(ferry_cl_api *out, void **out_handle, char *why, size_t w
   return 0;
 }
 
-void ferry__opencl_unload(void *handle) {
-  if (handle) dlclose(handle);
-}
+void ferry__opencl_unload(void *handle) { ferry__library_close(handle); }
 
 const char *ferry__opencl_error_name(cl_int code) {
   switch (code) {
