@@ -11,8 +11,8 @@
  *  - A failed call changes nothing: no buffer content, no handle, no host memory.
  *  - ferry_last_error() gives this thread's sentence about its last failure, with
  *    the numbers (sizes, offsets, device, driver call and code).
- *  - Every function may be called from any thread at once, except
- *    ferry_shutdown(), which must not race any other ferry call.
+ *  - Every function may be called from any thread at once, ferry_shutdown()
+ *    included (it waits for the calls in flight).
  */
 #ifndef FERRY_H
 #define FERRY_H
@@ -134,9 +134,14 @@ FERRY_API ferry_status ferry_init(void);
 
 /* Frees every buffer, cached allocation, pinned host block and device, and unloads
  * the drivers. Every buffer handle and device pointer becomes stale; a later call
- * initialises again, and old handles stay stale. With FERRY_DEBUG=leaks in the
- * environment, prints every buffer still live to stderr first. Must not race any
- * other ferry call. */
+ * initialises again, and old handles stay stale, whatever happened before. With
+ * FERRY_DEBUG=leaks in the environment, prints every buffer still live to stderr
+ * first. Safe while other threads are inside ferry calls: it waits for the calls
+ * in flight (a transfer finishes, on the buffer it started with), and calls that
+ * arrive meanwhile wait for it, then start ferry again; a handle or device pointer
+ * of the ended session then fails cleanly (FERRY_ERROR_STALE_BUFFER,
+ * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (about 100 bytes
+ * per buffer that was ever live at once), so that no handle is ever reused. */
 FERRY_API void ferry_shutdown(void);
 
 /* Number of devices, across all backends. */

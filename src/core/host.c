@@ -142,11 +142,16 @@ static bool host_block_remove(void *ptr, bool internal, pinned_block *out) {
 
 ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr) {
   static const char fn[] = "ferry_host_alloc";
-  ferry_status st = ferry__check_device(device, fn);
+  ferry_status st = ferry__enter_device(device, fn);
   if (st != FERRY_OK) return st;
-  if (!out_ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
-  if (bytes == 0) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
-  return host_block_new(fn, device, bytes, false, out_ptr);
+  if (!out_ptr)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
+  else if (bytes == 0)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
+  else
+    st = host_block_new(fn, device, bytes, false, out_ptr);
+  ferry__leave();
+  return st;
 }
 
 ferry_status ferry__host_alloc_internal(ferry_device *dev, size_t bytes, void **out) {
@@ -161,12 +166,17 @@ void ferry__host_free_internal(void *ptr) {
 ferry_status ferry_host_free(void *ptr) {
   static const char fn[] = "ferry_host_free";
   if (!ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+  /* Inside the gate: the block's device must outlive its free. */
+  ferry_status st = ferry__enter();
+  if (st != FERRY_OK) return st;
   pinned_block block;
-  if (!host_block_remove(ptr, false, &block))
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
-                       "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
-  host_block_free(block.device, ptr, block.bytes);
-  return FERRY_OK;
+  if (host_block_remove(ptr, false, &block))
+    host_block_free(block.device, ptr, block.bytes);
+  else
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                     "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
+  ferry__leave();
+  return st;
 }
 
 bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t bytes) {

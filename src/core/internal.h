@@ -9,13 +9,6 @@
 
 /* ---- registry ---------------------------------------------------------- */
 
-/* Initialises on first use; FERRY_OK when the library is ready. */
-ferry_status ferry__ensure_init(void);
-
-/* Checks that `device` is a device of the running session; sets the error
- * sentence (naming `fn`) when it is not. */
-ferry_status ferry__check_device(const ferry_device *device, const char *fn);
-
 /* Registers an extra backend (tests' fault-injecting backend) before ferry_init.
  * It is numbered after the built-in ones and kept even when FERRY_BACKENDS is
  * set. Returns FERRY_ERROR_INVALID_ARGUMENT after init or when the table is full. */
@@ -27,6 +20,27 @@ const ferry_backend *ferry__backend_at(size_t index);
 
 /* FERRY_BACKENDS's check: names of this build's backends, each once, at least one. */
 bool ferry__backends_check(const char *value, char *why, size_t why_size);
+
+/* ---- the gate (registry.c) --------------------------------------------- */
+
+/* Every public call that uses a device, or the registry, runs between
+ * ferry__enter and ferry__leave, so that ferry_shutdown() can wait for it (and
+ * calls that arrive during a shutdown wait, then start ferry again). Transfers do
+ * not enter: the reference they hold on their buffers holds the shutdown back.
+ * ferry__enter initialises on first use; on failure nothing is held. */
+ferry_status ferry__enter(void);
+/* ferry__enter, then a check that `device` is a device of the running session
+ * (the sentence names `fn`); on failure nothing is held. */
+ferry_status ferry__enter_device(const ferry_device *device, const char *fn);
+void ferry__leave(void);
+
+/* ---- host allocations of the core's own tables ------------------------- */
+
+/* realloc, for the core's own tables (handle chunks, host-pointer ranges), so
+ * that tests can make them fail. */
+void *ferry__core_alloc(void *old, size_t bytes);
+/* Test hook: the next `count` calls of ferry__core_alloc fail. */
+void ferry__fail_core_allocs(unsigned count);
 
 /* ---- settings (options.c) ---------------------------------------------- */
 
@@ -114,12 +128,16 @@ typedef struct ferry_slot {
   bool zero_copy;     /* made by alloc_zero_copy or alloc_host_ptr */
 } ferry_slot;
 
+/* Makes the table on first use; it then lasts as long as the process. */
 ferry_status ferry__handles_init(void);
-/* Frees every live buffer (reporting them when `report_leaks`) and the table. */
+/* Frees every live buffer (reporting them when `report_leaks`), after the
+ * transfers still holding them have returned; no call may start one meanwhile
+ * (the gate is closed). The slots stay, each at its next generation. */
 void ferry__handles_shutdown(bool report_leaks);
 
-/* A fresh slot with one reference (the owner's); fill it, then publish. */
-ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index);
+/* A fresh slot with one reference (the owner's); fill it, then publish. A
+ * failure's sentence names `fn`. */
+ferry_status ferry__slot_new(const char *fn, ferry_slot **out_slot, uint32_t *out_index);
 /* Makes a filled slot reachable by its handle. */
 ferry_buffer ferry__slot_publish(ferry_slot *slot, uint32_t index);
 /* Returns an unpublished slot to the free list (a failed allocation). */
@@ -133,6 +151,14 @@ void ferry__release(ferry_slot *slot);
 /* Drops the owner's reference and marks the handle stale; the memory goes back
  * when the last reference is dropped. */
 ferry_status ferry__retire(ferry_buffer b, const char *fn);
+
+/* Test hook (ferry shut down): moves every slot's generation, and that of slots
+ * made later, up to at least `gen`, as if each had been freed and reused that
+ * often; generations never move back. Tests reach the generation limit with it
+ * instead of 2^31 allocations. */
+void ferry__handles_skip_generations(uint32_t gen);
+/* The generation at which a slot is retired (its handles could otherwise repeat). */
+#define FERRY_GENERATION_LIMIT 0xFFFFFFF0u
 
 /* Writes "buffer 7 (1024 float32 elements) on device 0 (cuda: NVIDIA H200)". */
 const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]);

@@ -230,7 +230,8 @@ static void probe_backend(backend_entry *e) {
     snprintf(e->status, sizeof e->status, "ok");
 }
 
-ferry_status ferry__ensure_init(void) {
+/* Starts the library if it is not running; FERRY_OK when it is. */
+static ferry_status ensure_init(void) {
   if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
   pthread_mutex_lock(&init_lock);
   ferry_status st = FERRY_OK;
@@ -256,11 +257,72 @@ ferry_status ferry__ensure_init(void) {
   return st;
 }
 
-ferry_status ferry_init(void) { return ferry__ensure_init(); }
+ferry_status ferry_init(void) { return ensure_init(); }
+
+/* ---- the gate ---------------------------------------------------------------
+ *
+ * One word: the number of calls inside, and GATE_CLOSED while ferry_shutdown()
+ * runs. A call adds itself with one atomic add and looks at what was there
+ * before: closed means a shutdown is under way, so it takes itself out again,
+ * waits for the shutdown to end (it holds init_lock throughout) and starts
+ * ferry again. The shutdown closes the gate, waits for the count to reach zero,
+ * and opens the gate once the library is down. */
+
+#define GATE_CLOSED ((uint64_t)1 << 63)
+
+static _Atomic uint64_t gate;
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
+
+void ferry__leave(void) {
+  if (atomic_fetch_sub(&gate, 1) == (GATE_CLOSED | 1)) {
+    /* The last call out of a closing gate: the shutdown may go on. */
+    pthread_mutex_lock(&gate_lock);
+    pthread_cond_broadcast(&gate_empty);
+    pthread_mutex_unlock(&gate_lock);
+  }
+}
+
+ferry_status ferry__enter(void) {
+  for (;;) {
+    ferry_status st = ensure_init();
+    if (st != FERRY_OK) return st;
+    uint64_t before = atomic_fetch_add(&gate, 1);
+    /* Inside an open gate with the library up, the library stays up until we leave. */
+    if (!(before & GATE_CLOSED) && atomic_load(&ready)) return FERRY_OK;
+    ferry__leave();
+    if (before & GATE_CLOSED) {
+      pthread_mutex_lock(&init_lock); /* the shutdown holds it until it is done */
+      pthread_mutex_unlock(&init_lock);
+    }
+  }
+}
+
+ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
+  ferry_status st = ferry__enter();
+  if (st != FERRY_OK) return st;
+  if (!device) {
+    ferry__leave();
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: device is NULL", fn);
+  }
+  for (size_t i = 0; i < reg.device_count; i++)
+    if (reg.devices[i] == device) return FERRY_OK;
+  ferry__leave();
+  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                     "%s: %p is not a device of this session (a device pointer from before ferry_shutdown()?)", fn,
+                     (const void *)device);
+}
 
 void ferry_shutdown(void) {
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) {
+    /* No new call gets in; wait for those inside. */
+    atomic_fetch_or(&gate, GATE_CLOSED);
+    pthread_mutex_lock(&gate_lock);
+    while (atomic_load(&gate) != GATE_CLOSED)
+      pthread_cond_wait(&gate_empty, &gate_lock);
+    pthread_mutex_unlock(&gate_lock);
+    /* Transfers hold their buffers: this waits for them. */
     ferry__handles_shutdown(ferry__option_has_word("FERRY_DEBUG", "leaks"));
     for (size_t i = 0; i < reg.device_count; i++)
       ferry__stage_release(reg.devices[i]);
@@ -277,36 +339,34 @@ void ferry_shutdown(void) {
     ferry__copy_pool_shutdown();
     ferry__options_end();
     atomic_store(&ready, 0);
+    atomic_fetch_and(&gate, ~GATE_CLOSED);
   }
   pthread_mutex_unlock(&init_lock);
 }
 
-ferry_status ferry__check_device(const ferry_device *device, const char *fn) {
-  ferry_status st = ferry__ensure_init();
-  if (st != FERRY_OK) return st;
-  if (!device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: device is NULL", fn);
-  for (size_t i = 0; i < reg.device_count; i++)
-    if (reg.devices[i] == device) return FERRY_OK;
-  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
-                     "%s: %p is not a device of this session (a device pointer from before ferry_shutdown()?)", fn,
-                     (const void *)device);
+size_t ferry_device_count(void) {
+  if (ferry__enter() != FERRY_OK) return 0;
+  size_t n = reg.device_count;
+  ferry__leave();
+  return n;
 }
-
-size_t ferry_device_count(void) { return ferry__ensure_init() == FERRY_OK ? reg.device_count : 0; }
 
 ferry_status ferry_device_get(size_t index, ferry_device **out_device) {
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = ferry__enter();
   if (st != FERRY_OK) return st;
-  if (!out_device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_get: out_device is NULL");
-  if (index >= reg.device_count)
-    return ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_device_get: device index %zu, but there are %zu devices (0..%zu)",
-                       index, reg.device_count, reg.device_count ? reg.device_count - 1 : 0);
-  *out_device = reg.devices[index];
-  return FERRY_OK;
+  if (!out_device)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_get: out_device is NULL");
+  else if (index >= reg.device_count)
+    st = ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_device_get: device index %zu, but there are %zu devices (0..%zu)",
+                     index, reg.device_count, reg.device_count ? reg.device_count - 1 : 0);
+  else
+    *out_device = reg.devices[index];
+  ferry__leave();
+  return st;
 }
 
-ferry_device *ferry_device_best(void) {
-  if (ferry__ensure_init() != FERRY_OK || reg.device_count == 0) return NULL;
+static ferry_device *best_device(void) {
+  if (reg.device_count == 0) return NULL;
   for (size_t i = 0; i < reg.device_count; i++)
     if (!reg.devices[i]->info.is_cpu) return reg.devices[i];
   for (size_t i = 0; i < reg.device_count; i++)
@@ -314,77 +374,102 @@ ferry_device *ferry_device_best(void) {
   return reg.devices[0];
 }
 
+ferry_device *ferry_device_best(void) {
+  if (ferry__enter() != FERRY_OK) return NULL;
+  ferry_device *best = best_device();
+  ferry__leave();
+  return best;
+}
+
 ferry_status ferry_device_info_get(const ferry_device *device, ferry_device_info *out_info) {
-  ferry_status st = ferry__check_device(device, "ferry_device_info_get");
+  ferry_status st = ferry__enter_device(device, "ferry_device_info_get");
   if (st != FERRY_OK) return st;
-  if (!out_info) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_info_get: out_info is NULL");
-  *out_info = device->info;
-  return FERRY_OK;
-}
-
-ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_native) {
-  ferry_status st = ferry__check_device(device, "ferry_device_native");
-  if (st != FERRY_OK) return st;
-  if (!out_native) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_native: out_native is NULL");
-  ferry_native n = {0};
-  if (device->ops->native) {
-    st = device->ops->native(device, &n);
-    if (st != FERRY_OK) return ferry__fail(st, "ferry_device_native: %s: %s", device->label, ferry__error_text());
-  }
-  *out_native = n;
-  return FERRY_OK;
-}
-
-ferry_status ferry_device_synchronize(ferry_device *device) {
-  ferry_status st = ferry__check_device(device, "ferry_device_synchronize");
-  if (st != FERRY_OK || !device->ops->synchronize) return st;
-  st = device->ops->synchronize(device);
-  if (st != FERRY_OK) ferry__fail(st, "ferry_device_synchronize: %s: %s", device->label, ferry__error_text());
+  if (!out_info)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_info_get: out_info is NULL");
+  else
+    *out_info = device->info;
+  ferry__leave();
   return st;
 }
 
-size_t ferry_backend_count(void) { return ferry__ensure_init() == FERRY_OK ? reg.entry_count : 0; }
+ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_native) {
+  ferry_status st = ferry__enter_device(device, "ferry_device_native");
+  if (st != FERRY_OK) return st;
+  ferry_native n = {0};
+  if (!out_native)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_native: out_native is NULL");
+  else if (device->ops->native && (st = device->ops->native(device, &n)) != FERRY_OK)
+    ferry__fail(st, "ferry_device_native: %s: %s", device->label, ferry__error_text());
+  if (st == FERRY_OK) *out_native = n;
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry_device_synchronize(ferry_device *device) {
+  ferry_status st = ferry__enter_device(device, "ferry_device_synchronize");
+  if (st != FERRY_OK) return st;
+  if (device->ops->synchronize && (st = device->ops->synchronize(device)) != FERRY_OK)
+    ferry__fail(st, "ferry_device_synchronize: %s: %s", device->label, ferry__error_text());
+  ferry__leave();
+  return st;
+}
+
+size_t ferry_backend_count(void) {
+  if (ferry__enter() != FERRY_OK) return 0;
+  size_t n = reg.entry_count;
+  ferry__leave();
+  return n;
+}
 
 ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info) {
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = ferry__enter();
   if (st != FERRY_OK) return st;
-  if (!out_info) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_backend_get: out_info is NULL");
-  if (index >= reg.entry_count)
-    return ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_backend_get: backend index %zu, but there are %zu backends", index,
-                       reg.entry_count);
-  const backend_entry *e = &reg.entries[index];
-  *out_info = (ferry_backend_info){.name = e->backend->name,
-                                   .enabled = e->enabled,
-                                   .device_count = e->count,
-                                   .first_device = e->first,
-                                   .status = e->status};
-  return FERRY_OK;
+  if (!out_info) {
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_backend_get: out_info is NULL");
+  } else if (index >= reg.entry_count) {
+    st = ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_backend_get: backend index %zu, but there are %zu backends", index,
+                     reg.entry_count);
+  } else {
+    const backend_entry *e = &reg.entries[index];
+    *out_info = (ferry_backend_info){.name = e->backend->name,
+                                     .enabled = e->enabled,
+                                     .device_count = e->count,
+                                     .first_device = e->first,
+                                     .status = e->status};
+  }
+  ferry__leave();
+  return st;
 }
 
 ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_stats) {
-  ferry_status st = ferry__check_device(device, "ferry_device_stats");
+  ferry_status st = ferry__enter_device(device, "ferry_device_stats");
   if (st != FERRY_OK) return st;
-  if (!out_stats) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_stats: out_stats is NULL");
-  struct ferry_device_state *s = device->state;
-  *out_stats = (ferry_stats){
-      .live_buffers = atomic_load(&s->live_buffers),
-      .bytes_in_use = atomic_load(&s->bytes_in_use),
-      .bytes_cached = atomic_load(&s->bytes_cached),
-      .peak_bytes_in_use = atomic_load(&s->peak_bytes_in_use),
-      .h2d_bytes = atomic_load(&s->h2d_bytes),
-      .d2h_bytes = atomic_load(&s->d2h_bytes),
-      .d2d_bytes = atomic_load(&s->d2d_bytes),
-      .h2d_count = atomic_load(&s->h2d_count),
-      .d2h_count = atomic_load(&s->d2h_count),
-      .d2d_count = atomic_load(&s->d2d_count),
-  };
-  return FERRY_OK;
+  if (!out_stats) {
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_stats: out_stats is NULL");
+  } else {
+    struct ferry_device_state *s = device->state;
+    *out_stats = (ferry_stats){
+        .live_buffers = atomic_load(&s->live_buffers),
+        .bytes_in_use = atomic_load(&s->bytes_in_use),
+        .bytes_cached = atomic_load(&s->bytes_cached),
+        .peak_bytes_in_use = atomic_load(&s->peak_bytes_in_use),
+        .h2d_bytes = atomic_load(&s->h2d_bytes),
+        .d2h_bytes = atomic_load(&s->d2h_bytes),
+        .d2d_bytes = atomic_load(&s->d2d_bytes),
+        .h2d_count = atomic_load(&s->h2d_count),
+        .d2h_count = atomic_load(&s->d2h_count),
+        .d2d_count = atomic_load(&s->d2d_count),
+    };
+  }
+  ferry__leave();
+  return st;
 }
 
 ferry_status ferry_device_trim(ferry_device *device) {
-  ferry_status st = ferry__check_device(device, "ferry_device_trim");
+  ferry_status st = ferry__enter_device(device, "ferry_device_trim");
   if (st != FERRY_OK) return st;
-  st = ferry__cache_trim(device);
-  if (st != FERRY_OK) return ferry__fail(st, "ferry_device_trim: %s: %s", device->label, ferry__error_text());
-  return FERRY_OK;
+  if ((st = ferry__cache_trim(device)) != FERRY_OK)
+    ferry__fail(st, "ferry_device_trim: %s: %s", device->label, ferry__error_text());
+  ferry__leave();
+  return st;
 }
