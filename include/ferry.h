@@ -141,7 +141,12 @@ FERRY_API ferry_status ferry_init(void);
  * arrive meanwhile wait for it, then start ferry again; a handle or device pointer
  * of the ended session then fails cleanly (FERRY_ERROR_STALE_BUFFER,
  * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (about 100 bytes
- * per buffer that was ever live at once), so that no handle is ever reused. */
+ * per buffer that was ever live at once), so that no handle is ever reused.
+ * In a child forked while ferry was running, every other ferry call fails with
+ * FERRY_ERROR_BACKEND (the parent's devices are not usable there); this returns
+ * at once and forgets the parent's session without calling a driver, and ferry
+ * may then start again in the child (native and checked; a driver the parent had
+ * started is reported unavailable, see docs/API.md). */
 FERRY_API void ferry_shutdown(void);
 
 /* Number of devices, across all backends. */

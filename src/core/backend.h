@@ -174,6 +174,11 @@ typedef struct ferry_backend {
   /* The backend's own FERRY_* variables, ended by an entry whose name is NULL;
    * NULL when it has none. Listed by ferry_option_get, checked at ferry_init. */
   const ferry_option_def *options;
+  /* The backend keeps no driver state that a child of fork() would inherit
+   * broken (native, checked), so a forked child may start it again. Backends
+   * with a driver leave this false: in a child forked from a process that had
+   * started them, they report themselves unavailable, saying why. */
+  bool fork_safe;
   /* Load the driver and add every device (ferry__device_add). A missing driver
    * returns FERRY_ERROR_UNSUPPORTED with a sentence saying what is missing; the
    * core reports the backend as absent with that sentence and goes on. */

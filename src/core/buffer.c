@@ -259,7 +259,7 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
 }
 
 ferry_status ferry_free(ferry_buffer buffer) {
-  ferry_status st = ferry__enter();
+  ferry_status st = ferry__enter("ferry_free");
   if (st != FERRY_OK) return st;
   st = ferry__retire(buffer, "ferry_free");
   /* A driver failure while releasing: the handle is gone either way, and the sentence says so. */

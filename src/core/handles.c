@@ -89,8 +89,8 @@ ferry_status ferry__slot_new(const char *fn, ferry_slot **out_slot, uint32_t *ou
       ferry_slot *chunk = ferry__core_alloc(NULL, (size_t)CHUNK_SLOTS * sizeof *chunk);
       if (!chunk) {
         pthread_mutex_unlock(&table.lock);
-        return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %u more buffer handles (%zu bytes)",
-                           fn, CHUNK_SLOTS, (size_t)CHUNK_SLOTS * sizeof *chunk);
+        return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %u more buffer handles (%zu bytes)", fn,
+                           CHUNK_SLOTS, (size_t)CHUNK_SLOTS * sizeof *chunk);
       }
       memset(chunk, 0, (size_t)CHUNK_SLOTS * sizeof *chunk);
       for (uint32_t i = 0; i < CHUNK_SLOTS; i++)
@@ -130,7 +130,8 @@ void ferry__slot_abandon(ferry_slot *slot, uint32_t index) { slot_recycle(slot, 
 static ferry_slot *lookup(ferry_buffer b) {
   uint32_t index = (uint32_t)b.id;
   uint32_t gen = (uint32_t)(b.id >> 32);
-  if (!(gen & 1u)) return NULL;
+  /* In a forked child the parent's buffers are not usable: one relaxed load. */
+  if (!(gen & 1u) || atomic_load_explicit(&ferry__forked, memory_order_relaxed)) return NULL;
   ferry_slot *slot = slot_at(index);
   if (!slot) return NULL;
   uint64_t s = atomic_load_explicit(&slot->state, memory_order_acquire);
@@ -145,6 +146,7 @@ ferry_slot *ferry__peek(ferry_buffer b) { return lookup(b); }
 ferry_status ferry__acquire(ferry_buffer b, const char *fn, ferry_slot **out_slot) {
   ferry_slot *slot = lookup(b);
   if (!slot) {
+    if (atomic_load(&ferry__forked)) return ferry__fork_refusal(fn);
     if (b.id == 0) return ferry__fail(FERRY_ERROR_STALE_BUFFER, "%s: the buffer is FERRY_NULL_BUFFER", fn);
     return ferry__fail(FERRY_ERROR_STALE_BUFFER,
                        "%s: buffer handle 0x%016llx is stale: it was freed, belongs to a session before "
@@ -268,5 +270,31 @@ void ferry__handles_skip_generations(uint32_t gen) {
     uint64_t s = atomic_load(&slot->state);
     if (!(state_gen(s) & 1u) && state_gen(s) < dead) atomic_store(&slot->state, (uint64_t)dead << 32 | state_refs(s));
   }
+  pthread_mutex_unlock(&table.lock);
+}
+
+void ferry__handles_fork(ferry_fork_phase phase) {
+  if (phase == FERRY_FORK_PREPARE)
+    pthread_mutex_lock(&table.lock);
+  else
+    pthread_mutex_unlock(&table.lock);
+}
+
+void ferry__handles_forget(void) {
+  /* Every slot dead, at its next generation, without references (the parent's
+   * transfers are not running here) and free, unless retired; the memory of the
+   * parent's buffers is its drivers' and stays where it is. */
+  pthread_mutex_lock(&table.lock);
+  table.free_head = NO_SLOT;
+  for (uint32_t i = table.used; i-- > 0;) {
+    ferry_slot *slot = slot_at(i);
+    uint32_t gen = state_gen(atomic_load(&slot->state));
+    if (gen & 1u) gen++;
+    atomic_store(&slot->state, (uint64_t)gen << 32);
+    if (gen >= GEN_RETIRE) continue;
+    slot->next_free = table.free_head;
+    table.free_head = i;
+  }
+  atomic_store(&releases_pending, 0);
   pthread_mutex_unlock(&table.lock);
 }

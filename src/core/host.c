@@ -167,7 +167,7 @@ ferry_status ferry_host_free(void *ptr) {
   static const char fn[] = "ferry_host_free";
   if (!ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
   /* Inside the gate: the block's device must outlive its free. */
-  ferry_status st = ferry__enter();
+  ferry_status st = ferry__enter(fn);
   if (st != FERRY_OK) return st;
   pinned_block block;
   if (host_block_remove(ptr, false, &block))
@@ -204,6 +204,43 @@ void ferry__host_shutdown(void) {
   free(ranges.items);
   ranges.items = NULL;
   ranges.count = ranges.capacity = 0;
+  pthread_mutex_unlock(&ranges.lock);
+}
+
+/* ---- fork() ---------------------------------------------------------------- */
+
+void ferry__host_forget(void) {
+  /* A forked child's ferry_shutdown: the blocks belong to the parent's drivers
+   * (or are its pinned memory); only the lists go. */
+  pthread_rwlock_wrlock(&pinned.lock);
+  free(pinned.items);
+  pinned.items = NULL;
+  pinned.count = pinned.capacity = 0;
+  pthread_rwlock_unlock(&pinned.lock);
+  pthread_mutex_lock(&ranges.lock);
+  free(ranges.items);
+  ranges.items = NULL;
+  ranges.count = ranges.capacity = 0;
+  pthread_mutex_unlock(&ranges.lock);
+}
+
+static void copy_pool_after_fork(void);
+
+void ferry__host_fork(ferry_fork_phase phase) {
+  if (phase == FERRY_FORK_PREPARE) {
+    pthread_mutex_lock(&ranges.lock);
+    pthread_rwlock_wrlock(&pinned.lock);
+    return;
+  }
+  pthread_rwlock_unlock(&pinned.lock);
+  if (phase == FERRY_FORK_CHILD) {
+    /* glibc's write lock remembers its writer's thread id, which differs in the
+     * child, so the unlock above did not release it (it only balances the
+     * sanitizers' books): the child's lock starts afresh. */
+    pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+    pinned.lock = fresh;
+    copy_pool_after_fork();
+  }
   pthread_mutex_unlock(&ranges.lock);
 }
 
@@ -335,6 +372,21 @@ void ferry__host_move(void *dst, const void *src, size_t n) {
     memmove(dst, src, n);
   else
     ferry__parallel_memcpy(dst, src, n);
+}
+
+/* In a forked child: the copy threads are the parent's and do not run here; the
+ * pool's locks and conditions may be held or waited on by them, so they start
+ * afresh. The list of the parent's threads goes at the child's ferry_shutdown. */
+static void copy_pool_after_fork(void) {
+  pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+  pool.lock = fresh_lock;
+  pool.busy = fresh_lock;
+  pool.wake = fresh_cond;
+  pool.idle = fresh_cond;
+  pool.nthreads = 0;
+  pool.job = NULL;
+  pool.active = 0;
 }
 
 void ferry__copy_pool_shutdown(void) {

@@ -28,11 +28,32 @@ bool ferry__backends_check(const char *value, char *why, size_t why_size);
  * calls that arrive during a shutdown wait, then start ferry again). Transfers do
  * not enter: the reference they hold on their buffers holds the shutdown back.
  * ferry__enter initialises on first use; on failure nothing is held. */
-ferry_status ferry__enter(void);
+ferry_status ferry__enter(const char *fn);
 /* ferry__enter, then a check that `device` is a device of the running session
  * (the sentence names `fn`); on failure nothing is held. */
 ferry_status ferry__enter_device(const ferry_device *device, const char *fn);
 void ferry__leave(void);
+
+/* ---- fork() (registry.c) ------------------------------------------------ */
+
+/* True in a child forked from a process where ferry was running, until the
+ * child's ferry_shutdown() forgets the parent's session. Read with a relaxed
+ * load on the transfer path (no system call). */
+extern _Atomic bool ferry__forked;
+/* FERRY_ERROR_BACKEND and the sentence for a call in such a child. */
+ferry_status ferry__fork_refusal(const char *fn);
+
+/* The phases of a fork, for the files whose locks and state the fork handlers
+ * look after: PREPARE takes their locks (the state is then consistent), PARENT
+ * gives them back, CHILD gives them back in the child. */
+typedef enum ferry_fork_phase { FERRY_FORK_PREPARE, FERRY_FORK_PARENT, FERRY_FORK_CHILD } ferry_fork_phase;
+void ferry__handles_fork(ferry_fork_phase phase);
+void ferry__options_fork(ferry_fork_phase phase);
+void ferry__host_fork(ferry_fork_phase phase);
+/* The child's ferry_shutdown(): forget the parent's buffers, pinned blocks and
+ * copy threads without calling a driver (their memory is the parent's drivers'). */
+void ferry__handles_forget(void);
+void ferry__host_forget(void);
 
 /* ---- host allocations of the core's own tables ------------------------- */
 
@@ -81,6 +102,9 @@ struct ferry_device_state {
 
 ferry_status ferry__device_state_init(ferry_device *dev);
 void ferry__device_state_destroy(ferry_device *dev);
+/* In a forked child: frees the core's state of a device of the parent's session
+ * without calling the backend (its cached blocks are the parent's driver's). */
+void ferry__device_state_forget(ferry_device *dev);
 
 /* The size an allocation of `bytes` is rounded up to so that freed memory can be
  * reused by requests of nearby sizes (at most 25% more). */

@@ -44,6 +44,26 @@ void ferry__device_state_destroy(ferry_device *dev) {
   dev->state = NULL;
 }
 
+void ferry__device_state_forget(ferry_device *dev) {
+  struct ferry_device_state *s = dev->state;
+  /* The cached blocks belong to the parent's driver: only the nodes go. Locks
+   * held by the parent's threads are not touched. */
+  for (unsigned b = 0; b < FERRY_CACHE_BUCKETS; b++) {
+    while (s->cache[b]) {
+      ferry_cache_node *n = s->cache[b];
+      s->cache[b] = n->next;
+      free(n);
+    }
+  }
+  while (s->spare_nodes) {
+    ferry_cache_node *n = s->spare_nodes;
+    s->spare_nodes = n->next;
+    free(n);
+  }
+  free(s);
+  dev->state = NULL;
+}
+
 static unsigned floor_log2(size_t v) {
   return (unsigned)(sizeof(unsigned long long) * 8 - 1) - (unsigned)__builtin_clzll(v);
 }

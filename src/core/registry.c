@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FERRY_BACKEND(name) extern const ferry_backend ferry_backend_##name;
 #include "backend_list.h"
@@ -32,6 +33,19 @@ struct ferry_probe {
 
 static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int ready; /* 1 once initialised, back to 0 at shutdown */
+/* Does this thread hold init_lock (inside ferry_init or ferry_shutdown)? A driver
+ * that forks from there must not have the fork handlers wait for it. */
+static _Thread_local bool holding_init_lock;
+
+static void init_lock_take(void) {
+  pthread_mutex_lock(&init_lock);
+  holding_init_lock = true;
+}
+
+static void init_lock_give(void) {
+  holding_init_lock = false;
+  pthread_mutex_unlock(&init_lock);
+}
 
 static const ferry_backend *extra_backends[EXTRA_MAX];
 static _Atomic size_t extra_count; /* entries are written before the count that shows them */
@@ -44,7 +58,7 @@ static struct {
 } reg;
 
 ferry_status ferry__register_backend(const ferry_backend *backend) {
-  pthread_mutex_lock(&init_lock);
+  init_lock_take();
   ferry_status st = FERRY_OK;
   if (!backend || !backend->name || !backend->probe)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: backend, its name and probe are needed");
@@ -57,7 +71,7 @@ ferry_status ferry__register_backend(const ferry_backend *backend) {
     extra_backends[extra_count] = backend;
     atomic_fetch_add(&extra_count, 1);
   }
-  pthread_mutex_unlock(&init_lock);
+  init_lock_give();
   return st;
 }
 
@@ -207,11 +221,30 @@ static void plan_backends(void) {
   memcpy(reg.entries, sorted, n * sizeof sorted[0]);
 }
 
+/* The process that first started each backend (by its place in
+ * ferry__backend_at's order); 0 while none has. */
+static pid_t started_by[BACKEND_MAX];
+
 static void probe_backend(backend_entry *e) {
   if (!e->enabled) {
     snprintf(e->status, sizeof e->status, "left out by FERRY_BACKENDS");
     return;
   }
+  size_t at = 0;
+  while (ferry__backend_at(at) != e->backend)
+    at++;
+  pid_t self = getpid();
+  if (!e->backend->fork_safe && started_by[at] != 0 && started_by[at] != self) {
+    /* Drivers keep threads and state that a child of fork() inherits broken
+     * (PoCL hangs at the first call, CUDA forbids it). */
+    snprintf(e->status, sizeof e->status,
+             "not started in this process (%ld): the %s driver was started in process %ld, of which this process "
+             "is a fork, and a driver does not survive fork(); start ferry in a process that never forked from one "
+             "that used it (or exec a new program)",
+             (long)self, e->backend->name, (long)started_by[at]);
+    return;
+  }
+  if (started_by[at] == 0) started_by[at] = self;
   e->first = reg.device_count;
   ferry_probe probe = {.entry = e};
   ferry_status st = e->backend->probe(&probe);
@@ -230,10 +263,76 @@ static void probe_backend(backend_entry *e) {
     snprintf(e->status, sizeof e->status, "ok");
 }
 
-/* Starts the library if it is not running; FERRY_OK when it is. */
-static ferry_status ensure_init(void) {
-  if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
+/* ---- fork() ----------------------------------------------------------------
+ *
+ * A child forked while ferry runs inherits the parent's session: its buffers,
+ * devices and driver handles, but none of the threads behind them (the drivers'
+ * and ferry's copy threads). Every call in the child fails at once with
+ * FERRY_ERROR_BACKEND, before any driver is touched, until the child's
+ * ferry_shutdown() forgets the parent's session; ferry may then start again in
+ * the child, on the backends that survive fork() (fork_safe: native, checked).
+ * The fork handlers take the core's locks around fork(), so that the child finds
+ * the core's tables consistent and its locks free. */
+
+_Atomic bool ferry__forked;
+static pid_t session_process; /* in a forked child: the process where the inherited session started */
+static pid_t forking_process; /* set by the prepare handler */
+static bool fork_locks_taken; /* by the prepare handler (not when a driver forks inside ferry_init/shutdown) */
+static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
+
+ferry_status ferry__fork_refusal(const char *fn) {
+  return ferry__fail(FERRY_ERROR_BACKEND,
+                     "%s: ferry was started in process %ld, and this process (%ld) is a child forked from it: a "
+                     "child cannot use its parent's devices (the drivers' threads and state stay with the parent). "
+                     "Call ferry_shutdown() in the child, which forgets the parent's session, then start ferry again "
+                     "(on the backends that survive fork(): native, checked)",
+                     fn, (long)session_process, (long)getpid());
+}
+
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
+
+static void fork_prepare(void) {
+  fork_locks_taken = !holding_init_lock;
+  if (!fork_locks_taken) return;
   pthread_mutex_lock(&init_lock);
+  ferry__options_fork(FERRY_FORK_PREPARE);
+  ferry__handles_fork(FERRY_FORK_PREPARE);
+  ferry__host_fork(FERRY_FORK_PREPARE);
+  pthread_mutex_lock(&gate_lock);
+  forking_process = getpid();
+}
+
+static void fork_parent(void) {
+  if (!fork_locks_taken) return;
+  pthread_mutex_unlock(&gate_lock);
+  ferry__host_fork(FERRY_FORK_PARENT);
+  ferry__handles_fork(FERRY_FORK_PARENT);
+  ferry__options_fork(FERRY_FORK_PARENT);
+  pthread_mutex_unlock(&init_lock);
+}
+
+static void fork_child(void) {
+  if (!fork_locks_taken) return; /* a driver's helper process, about to exec */
+  pthread_mutex_unlock(&gate_lock);
+  ferry__host_fork(FERRY_FORK_CHILD);
+  ferry__handles_fork(FERRY_FORK_CHILD);
+  ferry__options_fork(FERRY_FORK_CHILD);
+  if (atomic_load(&ready)) {
+    if (!atomic_load(&ferry__forked)) session_process = forking_process; /* a grandchild keeps the first */
+    atomic_store(&ferry__forked, true);
+  }
+  pthread_mutex_unlock(&init_lock);
+}
+
+static void register_fork_handlers(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+/* Starts the library if it is not running; FERRY_OK when it is. */
+static ferry_status ensure_init(const char *fn) {
+  if (atomic_load_explicit(&ferry__forked, memory_order_relaxed)) return ferry__fork_refusal(fn);
+  if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
+  pthread_once(&fork_handlers_once, register_fork_handlers);
+  init_lock_take();
   ferry_status st = FERRY_OK;
   if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
     /* Backends that are absent write their reasons into the thread's sentence;
@@ -253,11 +352,11 @@ static ferry_status ensure_init(void) {
       atomic_store_explicit(&ready, 1, memory_order_release);
     }
   }
-  pthread_mutex_unlock(&init_lock);
+  init_lock_give();
   return st;
 }
 
-ferry_status ferry_init(void) { return ensure_init(); }
+ferry_status ferry_init(void) { return ensure_init("ferry_init"); }
 
 /* ---- the gate ---------------------------------------------------------------
  *
@@ -271,8 +370,6 @@ ferry_status ferry_init(void) { return ensure_init(); }
 #define GATE_CLOSED ((uint64_t)1 << 63)
 
 static _Atomic uint64_t gate;
-static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
 
 void ferry__leave(void) {
   if (atomic_fetch_sub(&gate, 1) == (GATE_CLOSED | 1)) {
@@ -283,23 +380,23 @@ void ferry__leave(void) {
   }
 }
 
-ferry_status ferry__enter(void) {
+ferry_status ferry__enter(const char *fn) {
   for (;;) {
-    ferry_status st = ensure_init();
+    ferry_status st = ensure_init(fn);
     if (st != FERRY_OK) return st;
     uint64_t before = atomic_fetch_add(&gate, 1);
     /* Inside an open gate with the library up, the library stays up until we leave. */
     if (!(before & GATE_CLOSED) && atomic_load(&ready)) return FERRY_OK;
     ferry__leave();
     if (before & GATE_CLOSED) {
-      pthread_mutex_lock(&init_lock); /* the shutdown holds it until it is done */
-      pthread_mutex_unlock(&init_lock);
+      init_lock_take(); /* the shutdown holds it until it is done */
+      init_lock_give();
     }
   }
 }
 
 ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
-  ferry_status st = ferry__enter();
+  ferry_status st = ferry__enter(fn);
   if (st != FERRY_OK) return st;
   if (!device) {
     ferry__leave();
@@ -313,9 +410,34 @@ ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
                      (const void *)device);
 }
 
+/* The child's ferry_shutdown(): forget the parent's session without a driver
+ * call (the drivers' threads are the parent's) and without freeing what the
+ * drivers own; only the core's own host memory goes. */
+static void forget_parent_session(void) {
+  ferry__handles_forget();
+  ferry__host_forget();
+  for (size_t i = 0; i < reg.device_count; i++) {
+    ferry__device_state_forget(reg.devices[i]);
+    free(reg.devices[i]);
+  }
+  free(reg.devices);
+  reg.devices = NULL;
+  reg.device_count = reg.device_capacity = 0;
+  reg.entry_count = 0;
+  ferry__copy_pool_shutdown(); /* no threads here: only the parent's list of them goes */
+  ferry__options_end();
+  atomic_store(&ready, 0);
+  atomic_store(&gate, 0);
+  pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
+  gate_empty = fresh;
+  atomic_store(&ferry__forked, false);
+}
+
 void ferry_shutdown(void) {
-  pthread_mutex_lock(&init_lock);
-  if (atomic_load(&ready)) {
+  init_lock_take();
+  if (atomic_load(&ferry__forked)) {
+    forget_parent_session();
+  } else if (atomic_load(&ready)) {
     /* No new call gets in; wait for those inside. */
     atomic_fetch_or(&gate, GATE_CLOSED);
     pthread_mutex_lock(&gate_lock);
@@ -341,18 +463,18 @@ void ferry_shutdown(void) {
     atomic_store(&ready, 0);
     atomic_fetch_and(&gate, ~GATE_CLOSED);
   }
-  pthread_mutex_unlock(&init_lock);
+  init_lock_give();
 }
 
 size_t ferry_device_count(void) {
-  if (ferry__enter() != FERRY_OK) return 0;
+  if (ferry__enter("ferry_device_count") != FERRY_OK) return 0;
   size_t n = reg.device_count;
   ferry__leave();
   return n;
 }
 
 ferry_status ferry_device_get(size_t index, ferry_device **out_device) {
-  ferry_status st = ferry__enter();
+  ferry_status st = ferry__enter("ferry_device_get");
   if (st != FERRY_OK) return st;
   if (!out_device)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_get: out_device is NULL");
@@ -375,7 +497,7 @@ static ferry_device *best_device(void) {
 }
 
 ferry_device *ferry_device_best(void) {
-  if (ferry__enter() != FERRY_OK) return NULL;
+  if (ferry__enter("ferry_device_best") != FERRY_OK) return NULL;
   ferry_device *best = best_device();
   ferry__leave();
   return best;
@@ -415,14 +537,14 @@ ferry_status ferry_device_synchronize(ferry_device *device) {
 }
 
 size_t ferry_backend_count(void) {
-  if (ferry__enter() != FERRY_OK) return 0;
+  if (ferry__enter("ferry_backend_count") != FERRY_OK) return 0;
   size_t n = reg.entry_count;
   ferry__leave();
   return n;
 }
 
 ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info) {
-  ferry_status st = ferry__enter();
+  ferry_status st = ferry__enter("ferry_backend_get");
   if (st != FERRY_OK) return st;
   if (!out_info) {
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_backend_get: out_info is NULL");

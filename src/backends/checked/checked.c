@@ -244,4 +244,4 @@ static ferry_status checked_probe(ferry_probe *probe) {
   return ferry__device_add(probe, &desc);
 }
 
-const ferry_backend ferry_backend_checked = {.name = "checked", .probe = checked_probe};
+const ferry_backend ferry_backend_checked = {.name = "checked", .probe = checked_probe, .fork_safe = true};
