@@ -179,7 +179,8 @@ static ferry_status alloc_host_ptr_in(ferry_device *device, ferry_array host, fe
                 device->label, align);
     return refuse(FERRY_REFUSAL_BAD_LENGTH, out_refusal);
   }
-  if (!ferry__host_ranges_claim(host.data, bytes)) {
+  if ((st = ferry__host_ranges_claim(fn, host.data, bytes)) == FERRY_ERROR_OUT_OF_MEMORY) return st;
+  if (st != FERRY_OK) {
     ferry__fail(FERRY_ERROR_REFUSED,
                 "%s: host memory %p..%p (%zu bytes) overlaps the array of another live host-ptr buffer", fn, host.data,
                 (void *)((char *)host.data + bytes), bytes);

@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include "../backends/native/host_info.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,25 +24,27 @@ static struct {
   size_t count, capacity;
 } ranges = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-bool ferry__host_ranges_claim(const void *ptr, size_t bytes) {
+ferry_status ferry__host_ranges_claim(const char *fn, const void *ptr, size_t bytes) {
   uintptr_t start = (uintptr_t)ptr, end = start + bytes;
-  bool ok = true;
+  ferry_status st = FERRY_OK;
   pthread_mutex_lock(&ranges.lock);
-  for (size_t i = 0; i < ranges.count && ok; i++)
-    if (start < ranges.items[i].end && ranges.items[i].start < end) ok = false;
-  if (ok && ranges.count == ranges.capacity) {
+  for (size_t i = 0; i < ranges.count && st == FERRY_OK; i++)
+    if (start < ranges.items[i].end && ranges.items[i].start < end) st = FERRY_ERROR_REFUSED;
+  if (st == FERRY_OK && ranges.count == ranges.capacity) {
     size_t cap = ranges.capacity ? ranges.capacity * 2 : 16;
-    host_range *grown = realloc(ranges.items, cap * sizeof *grown);
+    host_range *grown = ferry__core_alloc(ranges.items, cap * sizeof *grown);
     if (grown) {
       ranges.items = grown;
       ranges.capacity = cap;
     } else {
-      ok = false;
+      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                       "%s: no host memory to record the range of a host-pointer buffer (%zu bytes for %zu ranges)", fn,
+                       cap * sizeof *grown, cap);
     }
   }
-  if (ok) ranges.items[ranges.count++] = (host_range){start, end};
+  if (st == FERRY_OK) ranges.items[ranges.count++] = (host_range){start, end};
   pthread_mutex_unlock(&ranges.lock);
-  return ok;
+  return st;
 }
 
 void ferry__host_ranges_unclaim(const void *ptr) {
@@ -140,6 +144,12 @@ static bool host_block_remove(void *ptr, bool internal, pinned_block *out) {
   return true;
 }
 
+static ferry_status host_too_big(const char *fn, size_t bytes) {
+  char a[64], b[64];
+  return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: %s asked, but this machine has %s of memory", fn,
+                     ferry__bytes_text(bytes, a), ferry__bytes_text(ferry__host_memory(), b));
+}
+
 ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr) {
   static const char fn[] = "ferry_host_alloc";
   ferry_status st = ferry__enter_device(device, fn);
@@ -148,6 +158,8 @@ ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
   else if (bytes == 0)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
+  else if (bytes > ferry__host_memory()) /* never handed to an allocator: sanitizers abort on such sizes */
+    st = host_too_big(fn, bytes);
   else
     st = host_block_new(fn, device, bytes, false, out_ptr);
   ferry__leave();

@@ -192,9 +192,11 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
 
 /* ---- host memory ------------------------------------------------------- */
 
-/* The range [ptr, ptr + bytes) now lies under a host-ptr buffer; FERRY_REFUSAL_OVERLAP
- * (via a false return) when it overlaps one already registered. */
-bool ferry__host_ranges_claim(const void *ptr, size_t bytes);
+/* The range [ptr, ptr + bytes) now lies under a host-ptr buffer. FERRY_ERROR_REFUSED
+ * (without a sentence: the caller says FERRY_REFUSAL_OVERLAP) when it overlaps one
+ * already registered; FERRY_ERROR_OUT_OF_MEMORY (the sentence naming `fn`) when the
+ * table cannot grow. */
+ferry_status ferry__host_ranges_claim(const char *fn, const void *ptr, size_t bytes);
 void ferry__host_ranges_unclaim(const void *ptr);
 
 /* Pinned memory for ferry's own use (staging slots): like ferry_host_alloc, but

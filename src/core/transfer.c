@@ -58,12 +58,18 @@ static ferry_status check_ptr(const char *fn, const void *ptr, size_t byte_size,
   return FERRY_OK;
 }
 
-static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
-                                const char *which) {
-  char text[512];
+static ferry_status check_overflow(const char *fn, size_t offset, size_t bytes, const char *which) {
   if (offset > SIZE_MAX - bytes)
     return ferry__fail(FERRY_ERROR_OVERFLOW, "%s: %s offset %zu + %zu bytes overflows size_t", fn, which, offset,
                        bytes);
+  return FERRY_OK;
+}
+
+static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
+                                const char *which) {
+  char text[512];
+  ferry_status st = check_overflow(fn, offset, bytes, which);
+  if (st != FERRY_OK) return st;
   if (offset + bytes > slot->bytes)
     return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: %s bytes %zu..%zu run past the end of %s, which has %zu bytes",
                        fn, which, offset, offset + bytes, ferry__buffer_text(slot, text), slot->bytes);
@@ -299,7 +305,10 @@ ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, s
     ferry__release(s);
     return st;
   }
-  if ((st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
+  /* Overflow on either side first, then either range past its end (docs/API.md's order). */
+  if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
+      (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
+      (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
       (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
     st = copy_bytes(fn, s, src_offset, d, dst_offset, bytes);
   ferry__release(d);
