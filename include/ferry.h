@@ -430,7 +430,11 @@ FERRY_API ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void
  * already released) is FERRY_ERROR_INVALID_ARGUMENT and is left alone. */
 FERRY_API ferry_status ferry_host_free(void *ptr);
 
-/* Releases the device's cached free memory to the driver. */
+/* Releases the device's cached free memory to the driver, and memory the backend
+ * keeps for itself (the checked backend's quarantine of freed buffers; a write
+ * after free found there is reported as FERRY_ERROR_BACKEND, after everything was
+ * released). An allocation that runs out of memory does the same before it is
+ * tried again. */
 FERRY_API ferry_status ferry_device_trim(ferry_device *device);
 
 typedef struct ferry_stats {

@@ -84,6 +84,15 @@ typedef struct ferry_device_ops {
   ferry_status (*native)(const ferry_device *dev, ferry_native *out);
   /* Free device memory right now, for out-of-memory messages; 0 if unknown. */
   uint64_t (*free_memory)(ferry_device *dev);
+  /* Give back memory the backend keeps for itself (checked's quarantine of freed
+   * buffers), on ferry_device_trim and before an allocation that ran out of memory
+   * is tried again. Everything goes back; a problem found on the way (checked: a
+   * write after free) is reported afterwards as FERRY_ERROR_BACKEND. */
+  ferry_status (*trim)(ferry_device *dev);
+  /* Check an allocation before a transfer that moves no bytes (zero bytes, a copy
+   * onto itself), which the core makes without calling write, read or copy:
+   * checked's guard bytes. */
+  ferry_status (*check)(ferry_device *dev, const ferry_mem *mem);
 
   /* Pipelined transfers (all three or none). For large transfers from or to
    * ordinary (pageable) host memory, the core copies through FERRY_STAGE_SLOTS

@@ -159,6 +159,14 @@ ferry_status ferry__cache_trim(ferry_device *dev) {
     }
     free(n);
   }
+  /* Then what the backend keeps for itself (checked's quarantine). */
+  if (dev->ops->trim) {
+    ferry_status st = dev->ops->trim(dev);
+    if (st != FERRY_OK && first == FERRY_OK) {
+      first = st;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    }
+  }
   if (first != FERRY_OK) ferry__fail(first, "%s", saved);
   return first;
 }
@@ -177,10 +185,13 @@ ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, s
   }
   size_t ask = class_bytes ? class_bytes : bytes;
   ferry_status st = dev->ops->alloc(dev, ask, &mem);
-  if (st == FERRY_ERROR_OUT_OF_MEMORY && atomic_load(&dev->state->bytes_cached) > 0) {
+  if (st == FERRY_ERROR_OUT_OF_MEMORY && (atomic_load(&dev->state->bytes_cached) > 0 || dev->ops->trim)) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    ferry__cache_trim(dev); /* a failure to free is the driver's; the retry says what matters */
+    /* A failure to free is the driver's, and the retry says what matters; a
+     * corruption found in memory the backend kept has nobody else to go to. */
+    if (ferry__cache_trim(dev) == FERRY_ERROR_BACKEND && dev->ops->trim)
+      fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
     st = dev->ops->alloc(dev, ask, &mem);
     if (st != FERRY_OK && st != FERRY_ERROR_OUT_OF_MEMORY)
       ferry__fail(st, "%s (after: %s)", ferry__error_text(), saved);

@@ -76,6 +76,15 @@ static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t o
   return FERRY_OK;
 }
 
+/* A transfer that moves no bytes still fails on a buffer the backend finds
+ * damaged (checked's guards): every transfer touching it does. */
+static ferry_status check_untouched(const char *fn, ferry_slot *slot) {
+  ferry_device *dev = slot->device;
+  if (!dev->ops->check) return FERRY_OK;
+  ferry_status st = dev->ops->check(dev, &slot->mem);
+  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
+}
+
 /* ---- moving bytes between the host and one buffer -------------------------- */
 
 /* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
@@ -94,7 +103,9 @@ static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir di
 static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset, const void *src, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
     else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes, true)
@@ -109,7 +120,9 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
 static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, void *dst, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
     else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes, false)
@@ -169,7 +182,9 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
   ferry_device *sdev = src->device, *ddev = dst->device;
   ferry_status st = FERRY_OK;
   if (bytes == 0 || (src == dst && so == doff)) {
-    /* Nothing to move. */
+    /* Nothing to move; a damaged buffer still fails the copy. */
+    if ((st = check_untouched(fn, src)) == FERRY_OK && dst != src) st = check_untouched(fn, dst);
+    if (st != FERRY_OK) return st; /* the sentence names the damaged buffer */
   } else if (sdev == ddev) {
     bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
     if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
