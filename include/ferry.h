@@ -173,7 +173,8 @@ typedef struct ferry_device_info {
   size_t backend_index;      /* index among its backend's devices */
   const char *name;          /* "NVIDIA H200", "pthread-skylake-avx512 (PoCL)" */
   const char *backend;       /* "cuda", "opencl", "vulkan", "metal", "native", "checked" */
-  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends) */
+  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends); on CPU devices the live
+                                buffers with memory of their own are kept within it */
   uint64_t max_allocation;   /* largest single buffer in bytes */
   bool is_cpu;               /* the device computes on the host's processors */
   bool zero_copy;            /* ferry_alloc_zero_copy succeeds: device memory is host memory */
@@ -298,7 +299,8 @@ FERRY_API const char *ferry_refusal_name(ferry_refusal r);
  * poison). FERRY_ERROR_INVALID_ARGUMENT for a NULL device or out, FERRY_CUSTOM or
  * an unknown kind; FERRY_ERROR_OVERFLOW when the byte count does not fit in size_t;
  * FERRY_ERROR_OUT_OF_MEMORY when the device cannot hold it (after the allocation
- * cache was released and the allocation tried again). */
+ * cache was released and the allocation tried again), and on a CPU device when its
+ * live buffers would hold more than its total_memory. */
 FERRY_API ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer);
 
 /* A buffer of kind FERRY_CUSTOM with `length` elements of `elem_size` bytes each

@@ -51,6 +51,30 @@ static ferry_status too_big(const char *fn, ferry_device *dev, size_t bytes) {
                      ferry__bytes_text(bytes, a), dev->label, ferry__bytes_text(dev->info.max_allocation, b));
 }
 
+/* CPU devices' memory is the host's, and their drivers (PoCL, lavapipe), like
+ * the host's own allocator, promise far more than there is: memory is only found
+ * missing when it is first touched, by a crash. So on a CPU device ferry keeps
+ * the live buffers with memory of their own within the device's total_memory. */
+static bool counts_owned(const ferry_device *dev, size_t bytes) { return dev->info.is_cpu && bytes > 0; }
+
+static ferry_status reserve_owned(const char *fn, ferry_device *dev, size_t bytes) {
+  if (!counts_owned(dev, bytes)) return FERRY_OK;
+  _Atomic uint64_t *owned = &dev->state->bytes_owned;
+  uint64_t before = atomic_fetch_add_explicit(owned, bytes, memory_order_relaxed);
+  if (before + bytes <= dev->info.total_memory && before + bytes >= before) return FERRY_OK;
+  atomic_fetch_sub_explicit(owned, bytes, memory_order_relaxed);
+  char a[64], b[64], c[64];
+  return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                     "%s: %s asked on %s, but its live buffers already hold %s of its %s (on a CPU device ferry keeps "
+                     "buffers within the device's memory: the driver would promise more than the machine has)",
+                     fn, ferry__bytes_text(bytes, a), dev->label, ferry__bytes_text(before, b),
+                     ferry__bytes_text(dev->info.total_memory, c));
+}
+
+static void unreserve_owned(ferry_device *dev, size_t bytes) {
+  if (counts_owned(dev, bytes)) atomic_fetch_sub_explicit(&dev->state->bytes_owned, bytes, memory_order_relaxed);
+}
+
 /* A buffer with memory of its own. */
 static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length, ferry_kind kind, size_t elem_size,
                                 ferry_buffer *out) {
@@ -58,16 +82,21 @@ static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length
   ferry_status st = byte_count(fn, length, elem_size, kind == FERRY_CUSTOM ? "custom" : ferry_kind_name(kind), &bytes);
   if (st != FERRY_OK) return st;
   if (bytes > dev->info.max_allocation) return too_big(fn, dev, bytes);
+  if ((st = reserve_owned(fn, dev, bytes)) != FERRY_OK) return st;
   ferry_slot *slot;
   uint32_t index;
   st = ferry__slot_new(fn, &slot, &index);
-  if (st != FERRY_OK) return st;
+  if (st != FERRY_OK) {
+    unreserve_owned(dev, bytes);
+    return st;
+  }
   ferry_mem mem = {0};
   size_t class_bytes = 0;
   if (bytes > 0) {
     st = ferry__mem_alloc(dev, bytes, &mem, &class_bytes);
     if (st != FERRY_OK) {
       ferry__slot_abandon(slot, index);
+      unreserve_owned(dev, bytes);
       char text[64];
       return ferry__fail(st, "%s: %zu %s elements (%s) on %s: %s", fn, length,
                          kind == FERRY_CUSTOM ? "custom" : ferry_kind_name(kind), ferry__bytes_text(bytes, text),
@@ -250,6 +279,7 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
     ferry__host_ranges_unclaim(slot->host_array);
   } else if (!(slot->mem.flags & FERRY_MEM_ZERO_COPY) && slot->bytes > 0) {
     st = ferry__mem_release(dev, &slot->mem, slot->class_bytes);
+    unreserve_owned(dev, slot->bytes);
   }
   stats_buffer_died(dev, slot->bytes);
   if (st != FERRY_OK) {

@@ -96,12 +96,17 @@ struct ferry_device_state {
   ferry_cache_node *spare_nodes; /* nodes kept for the next put: no malloc on the free path */
   uint64_t cache_limit;          /* bytes the cache may hold */
   _Atomic uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
+  _Atomic uint64_t bytes_owned; /* CPU devices: bytes of live buffers with memory of their own (kept <= total_memory) */
   _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
   _Atomic uint64_t h2d_count, d2h_count, d2d_count;
 };
 
 ferry_status ferry__device_state_init(ferry_device *dev);
 void ferry__device_state_destroy(ferry_device *dev);
+/* Test hook: the device's total_memory (ferry_device_info's), so that tests can
+ * reach it without allocating the machine's memory. */
+void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes);
+
 /* In a forked child: frees the core's state of a device of the parent's session
  * without calling the backend (its cached blocks are the parent's driver's). */
 void ferry__device_state_forget(ferry_device *dev);

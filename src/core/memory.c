@@ -44,6 +44,8 @@ void ferry__device_state_destroy(ferry_device *dev) {
   dev->state = NULL;
 }
 
+void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes) { dev->info.total_memory = bytes; }
+
 void ferry__device_state_forget(ferry_device *dev) {
   struct ferry_device_state *s = dev->state;
   /* The cached blocks belong to the parent's driver: only the nodes go. Locks
