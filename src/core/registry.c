@@ -289,6 +289,9 @@ ferry_status ferry__fork_refusal(const char *fn) {
                      fn, (long)session_process, (long)getpid());
 }
 
+/* The gate (below): calls inside, and GATE_CLOSED while a shutdown runs. */
+#define GATE_CLOSED ((uint64_t)1 << 63)
+static _Atomic uint64_t gate;
 static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
 
@@ -314,6 +317,8 @@ static void fork_parent(void) {
 
 static void fork_child(void) {
   if (!fork_locks_taken) return; /* a driver's helper process, about to exec */
+  /* Only this thread runs here, and it is inside no ferry call. */
+  atomic_store(&gate, 0);
   pthread_mutex_unlock(&gate_lock);
   ferry__host_fork(FERRY_FORK_CHILD);
   ferry__handles_fork(FERRY_FORK_CHILD);
@@ -366,10 +371,6 @@ ferry_status ferry_init(void) { return ensure_init("ferry_init"); }
  * waits for the shutdown to end (it holds init_lock throughout) and starts
  * ferry again. The shutdown closes the gate, waits for the count to reach zero,
  * and opens the gate once the library is down. */
-
-#define GATE_CLOSED ((uint64_t)1 << 63)
-
-static _Atomic uint64_t gate;
 
 void ferry__leave(void) {
   if (atomic_fetch_sub(&gate, 1) == (GATE_CLOSED | 1)) {
