@@ -275,9 +275,10 @@ static void probe_backend(backend_entry *e) {
  * the core's tables consistent and its locks free. */
 
 _Atomic bool ferry__forked;
-static pid_t session_process; /* in a forked child: the process where the inherited session started */
-static pid_t forking_process; /* set by the prepare handler */
-static bool fork_locks_taken; /* by the prepare handler (not when a driver forks inside ferry_init/shutdown) */
+static pid_t session_process;               /* in a forked child: the process where the inherited session started */
+static pid_t forking_process;               /* set by the prepare handler */
+static _Thread_local bool fork_locks_taken; /* by this thread's prepare handler (not when a driver forks inside
+                                               ferry_init or ferry_shutdown) */
 static pthread_once_t fork_handlers_once = PTHREAD_ONCE_INIT;
 
 ferry_status ferry__fork_refusal(const char *fn) {
