@@ -140,7 +140,7 @@ FERRY_API ferry_status ferry_init(void);
  * in flight (a transfer finishes, on the buffer it started with), and calls that
  * arrive meanwhile wait for it, then start ferry again; a handle or device pointer
  * of the ended session then fails cleanly (FERRY_ERROR_STALE_BUFFER,
- * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (about 100 bytes
+ * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (128 bytes
  * per buffer that was ever live at once), so that no handle is ever reused.
  * In a child forked while ferry was running, every other ferry call fails with
  * FERRY_ERROR_BACKEND (the parent's devices are not usable there); this returns
