@@ -20,17 +20,6 @@
 
 #define MAX_PIECES 64
 
-static ferry_device *device_of(const char *backend) {
-  for (size_t i = 0; i < ferry_device_count(); i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 static void within_total(ferry_device *dev, const char *backend) {
   harness_context = backend;
   ferry_device_info info;
@@ -93,7 +82,7 @@ int main(void) {
   CHECK_OK(ferry_init());
   const char *backends[] = {"native", "opencl", "vulkan"};
   for (int i = 0; i < 3; i++) {
-    ferry_device *dev = device_of(backends[i]);
+    ferry_device *dev = harness_device_of(backends[i]);
     ferry_device_info info;
     if (dev && ferry_device_info_get(dev, &info) == FERRY_OK && info.is_cpu) {
       within_total(dev, backends[i]);
@@ -102,7 +91,7 @@ int main(void) {
       if (harness_backend_devices(backends[i], "device_memory", &b) == 1) harness_failures++;
     }
   }
-  ferry_device *checked = device_of("checked");
+  ferry_device *checked = harness_device_of("checked");
   CHECK(checked != NULL);
   if (checked) {
     ferry__device_set_total_memory(checked, (uint64_t)64 << 20);

@@ -20,17 +20,6 @@
 #define CHILD_SECONDS 30
 #define BIG           ((size_t)8 << 20) /* past the 4 MiB from which native copies run on the copy threads */
 
-static ferry_device *device_of(const char *backend) {
-  for (size_t i = 0; i < ferry_device_count(); i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 /* Runs `child` in a forked process with a time limit; its exit status says
  * whether its checks passed. */
 static void in_child(const char *what, void (*child)(void *), void *arg) {
@@ -129,7 +118,7 @@ static void child_after_fork(void *arg) {
   }
   const char *fresh_backends[] = {"native", "checked"};
   for (int k = 0; k < 2; k++) {
-    ferry_device *dev = device_of(fresh_backends[k]);
+    ferry_device *dev = harness_device_of(fresh_backends[k]);
     CHECK(dev != NULL);
     if (!dev) continue;
     ferry_buffer b;
@@ -158,7 +147,7 @@ static int fork_with(const char *backend) {
   char context[64];
   snprintf(context, sizeof context, "parent of %s", backend);
   harness_context = context;
-  inherited in = {.backend = backend, .dev = device_of(backend), .parent = getpid()};
+  inherited in = {.backend = backend, .dev = harness_device_of(backend), .parent = getpid()};
   unsigned char *out = malloc(BIG), *back = malloc(BIG);
   fill_pattern(out, BIG, 11);
   CHECK_OK(ferry_alloc(in.dev, BIG, FERRY_UINT8, &in.buf));
@@ -184,7 +173,7 @@ static void child_of_fresh_parent(void *arg) {
   harness_context = "child of a parent that never started ferry";
   CHECK_OK(ferry_set_option("FERRY_BACKENDS", backend));
   CHECK_OK(ferry_init());
-  ferry_device *dev = device_of(backend);
+  ferry_device *dev = harness_device_of(backend);
   if (!dev) {
     printf("(no %s device: nothing to start in the child)\n", backend);
     ferry_shutdown();

@@ -33,17 +33,6 @@
 #define PIECE      ((size_t)64 << 20)
 #define MAX_PIECES 64
 
-static ferry_device *device_of(const char *backend) {
-  for (size_t i = 0; i < ferry_device_count(); i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 /* The process's address space now, in bytes (/proc/self/statm's first field). */
 static size_t address_space(void) {
   FILE *f = fopen("/proc/self/statm", "r");
@@ -77,7 +66,7 @@ static void run_backend(const char *backend) {
   harness_context = backend;
   CHECK_OK(ferry_set_option("FERRY_BACKENDS", backend));
   CHECK_OK(ferry_init());
-  ferry_device *dev = device_of(backend);
+  ferry_device *dev = harness_device_of(backend);
   if (!dev) return; /* the parent said why */
   /* A first transfer, so the driver has made whatever it makes on first use. */
   ferry_buffer warm;

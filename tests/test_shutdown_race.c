@@ -34,18 +34,6 @@ static void note(ferry_status st) {
   }
 }
 
-static ferry_device *device_named(const char *backend) {
-  size_t n = ferry_device_count();
-  for (size_t i = 0; i < n; i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 static void *worker(void *arg) {
   unsigned id = (unsigned)(uintptr_t)arg;
   unsigned char *src = malloc(BIG), *dst = malloc(BIG);
@@ -56,7 +44,7 @@ static void *worker(void *arg) {
      * whose quarantine a shutdown verifies byte by byte. */
     bool native = i % 2;
     size_t size = native ? BIG : (size_t)64 << 10;
-    ferry_device *dev = device_named(native ? "native" : "checked");
+    ferry_device *dev = harness_device_of(native ? "native" : "checked");
     if (!dev) continue;
     ferry_buffer b;
     ferry_status st = ferry_alloc(dev, size, FERRY_UINT8, &b);

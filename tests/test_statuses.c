@@ -15,17 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ferry_device *device_named(const char *backend) {
-  for (size_t i = 0; i < ferry_device_count(); i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 /* Must run first: the table makes its first chunk of slots at the first allocation. */
 static void handle_table_out_of_memory(ferry_device *native) {
   harness_context = "handle table out of memory";
@@ -101,8 +90,8 @@ int main(void) {
   CHECK_OK(ferry__register_backend(&fault_backend));
   CHECK_OK(ferry_set_option("FERRY_BACKENDS", "native"));
   CHECK_OK(ferry_init());
-  ferry_device *native = device_named("native");
-  ferry_device *fault_dev = device_named("fault");
+  ferry_device *native = harness_device_of("native");
+  ferry_device *fault_dev = harness_device_of("fault");
   CHECK(native && fault_dev);
   if (!native || !fault_dev) return harness_finish("statuses");
   handle_table_out_of_memory(native);

@@ -204,9 +204,11 @@ bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t
   return yes;
 }
 
-void ferry__host_shutdown(void) {
+/* Empties both lists. The blocks go back to their devices when `free_blocks` (a
+ * shutdown); a forked child leaves them (they are its parent's drivers'). */
+static void host_lists_clear(bool free_blocks) {
   pthread_rwlock_wrlock(&pinned.lock);
-  for (size_t i = 0; i < pinned.count; i++)
+  for (size_t i = 0; free_blocks && i < pinned.count; i++)
     host_block_free(pinned.items[i].device, (void *)pinned.items[i].start, pinned.items[i].bytes);
   free(pinned.items);
   pinned.items = NULL;
@@ -219,22 +221,11 @@ void ferry__host_shutdown(void) {
   pthread_mutex_unlock(&ranges.lock);
 }
 
+void ferry__host_shutdown(void) { host_lists_clear(true); }
+
 /* ---- fork() ---------------------------------------------------------------- */
 
-void ferry__host_forget(void) {
-  /* A forked child's ferry_shutdown: the blocks belong to the parent's drivers
-   * (or are its pinned memory); only the lists go. */
-  pthread_rwlock_wrlock(&pinned.lock);
-  free(pinned.items);
-  pinned.items = NULL;
-  pinned.count = pinned.capacity = 0;
-  pthread_rwlock_unlock(&pinned.lock);
-  pthread_mutex_lock(&ranges.lock);
-  free(ranges.items);
-  ranges.items = NULL;
-  ranges.count = ranges.capacity = 0;
-  pthread_mutex_unlock(&ranges.lock);
-}
+void ferry__host_forget(void) { host_lists_clear(false); }
 
 static void copy_pool_after_fork(void);
 
