@@ -12,8 +12,8 @@
  *  - A failed call changes nothing: no buffer content, no handle, no host memory.
  *  - ferry_last_error() gives this thread's sentence about its last failure, with
  *    the numbers (sizes, offsets, device, driver call and code).
- *  - Every function may be called from any thread at once, except
- *    ferry_shutdown(), which must not race any other ferry call.
+ *  - Every function may be called from any thread at once, ferry_shutdown()
+ *    included (it waits for the calls in flight).
  */
 #ifndef FERRY_H
 #define FERRY_H
@@ -135,11 +135,21 @@ FERRY_API ferry_status ferry_init(void);
 
 /* Frees every buffer, cached allocation, pinned host block and device, and unloads
  * the drivers. Every buffer handle and device pointer becomes stale; a later call
- * initialises again, and old handles stay stale. Memory that DLPack tensors still
- * hold is released too (their deleters stay safe to call later; see
- * ferry_dlpack_export), and imported tensors' deleters run. With FERRY_DEBUG=leaks
- * in the environment, prints every buffer still live to stderr first. Must not
- * race any other ferry call. */
+ * initialises again, and old handles stay stale, whatever happened before. Memory
+ * that DLPack tensors still hold is released too (their deleters stay safe to call
+ * later; see ferry_dlpack_export), and imported tensors' deleters run. With
+ * FERRY_DEBUG=leaks in the environment, prints every buffer still live to stderr
+ * first. Safe while other threads are inside ferry calls: it waits for the calls
+ * in flight (a transfer finishes, on the buffer it started with), and calls that
+ * arrive meanwhile wait for it, then start ferry again; a handle or device pointer
+ * of the ended session then fails cleanly (FERRY_ERROR_STALE_BUFFER,
+ * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (128 bytes
+ * per buffer that was ever live at once), so that no handle is ever reused.
+ * In a child forked while ferry was running, every other ferry call fails with
+ * FERRY_ERROR_BACKEND (the parent's devices are not usable there); this returns
+ * at once and forgets the parent's session without calling a driver, and ferry
+ * may then start again in the child (native and checked; a driver the parent had
+ * started is reported unavailable, see docs/API.md). */
 FERRY_API void ferry_shutdown(void);
 
 /* Number of devices, across all backends. */
@@ -166,7 +176,8 @@ typedef struct ferry_device_info {
   size_t backend_index;      /* index among its backend's devices */
   const char *name;          /* "NVIDIA H200", "pthread-skylake-avx512 (PoCL)" */
   const char *backend;       /* "cuda", "opencl", "vulkan", "metal", "native", "checked" */
-  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends) */
+  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends); on CPU devices the live
+                                buffers with memory of their own are kept within it */
   uint64_t max_allocation;   /* largest single buffer in bytes */
   bool is_cpu;               /* the device computes on the host's processors */
   bool zero_copy;            /* ferry_alloc_zero_copy succeeds: device memory is host memory */
@@ -338,7 +349,8 @@ FERRY_API const char *ferry_refusal_name(ferry_refusal r);
  * poison). FERRY_ERROR_INVALID_ARGUMENT for a NULL device or out, FERRY_CUSTOM or
  * an unknown kind; FERRY_ERROR_OVERFLOW when the byte count does not fit in size_t;
  * FERRY_ERROR_OUT_OF_MEMORY when the device cannot hold it (after the allocation
- * cache was released and the allocation tried again). */
+ * cache was released and the allocation tried again), and on a CPU device when its
+ * live buffers would hold more than its total_memory. */
 FERRY_API ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer);
 
 /* A buffer of kind FERRY_CUSTOM with `length` elements of `elem_size` bytes each
@@ -476,7 +488,11 @@ FERRY_API ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void
  * already released) is FERRY_ERROR_INVALID_ARGUMENT and is left alone. */
 FERRY_API ferry_status ferry_host_free(void *ptr);
 
-/* Releases the device's cached free memory to the driver. */
+/* Releases the device's cached free memory to the driver, and memory the backend
+ * keeps for itself (the checked backend's quarantine of freed buffers; a write
+ * after free found there is reported as FERRY_ERROR_BACKEND, after everything was
+ * released). An allocation that runs out of memory does the same before it is
+ * tried again. */
 FERRY_API ferry_status ferry_device_trim(ferry_device *device);
 
 typedef struct ferry_stats {

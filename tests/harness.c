@@ -91,6 +91,17 @@ int harness_start_backend(const char *backend, const char *test, ferry_backend_i
   return present;
 }
 
+ferry_device *harness_device_of(const char *backend) {
+  for (size_t i = 0; i < ferry_device_count(); i++) {
+    ferry_device *d;
+    ferry_device_info info;
+    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
+        strcmp(info.backend, backend) == 0)
+      return d;
+  }
+  return NULL;
+}
+
 void *harness_aligned(size_t align, size_t bytes) {
   void *p = NULL;
   if (align < sizeof(void *)) align = sizeof(void *);

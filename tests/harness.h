@@ -71,6 +71,9 @@ int harness_backend_devices(const char *backend, const char *test, ferry_backend
  * fails, saying why), with ferry shut down again. */
 int harness_start_backend(const char *backend, const char *test, ferry_backend_info *out);
 
+/* The first device of `backend` in the running session; NULL when it has none. */
+ferry_device *harness_device_of(const char *backend);
+
 /* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
 void *harness_aligned(size_t align, size_t bytes);
 

@@ -90,6 +90,15 @@ typedef struct ferry_device_ops {
    * fills the strings it knows, and may set free_memory where free_memory above
    * is NULL. *out arrives zeroed, with free_memory from free_memory above. */
   ferry_status (*driver_info)(ferry_device *dev, ferry_driver_info *out);
+  /* Give back memory the backend keeps for itself (checked's quarantine of freed
+   * buffers), on ferry_device_trim and before an allocation that ran out of memory
+   * is tried again. Everything goes back; a problem found on the way (checked: a
+   * write after free) is reported afterwards as FERRY_ERROR_BACKEND. */
+  ferry_status (*trim)(ferry_device *dev);
+  /* Check an allocation before a transfer that moves no bytes (zero bytes, a copy
+   * onto itself), which the core makes without calling write, read or copy:
+   * checked's guard bytes. */
+  ferry_status (*check)(ferry_device *dev, const ferry_mem *mem);
 
   /* Pipelined transfers (all three or none). For large transfers from or to
    * ordinary (pageable) host memory, the core copies through FERRY_STAGE_SLOTS
@@ -196,6 +205,11 @@ typedef struct ferry_backend {
   /* The backend's own FERRY_* variables, ended by an entry whose name is NULL;
    * NULL when it has none. Listed by ferry_option_get, checked at ferry_init. */
   const ferry_option_def *options;
+  /* The backend keeps no driver state that a child of fork() would inherit
+   * broken (native, checked), so a forked child may start it again. Backends
+   * with a driver leave this false: in a child forked from a process that had
+   * started them, they report themselves unavailable, saying why. */
+  bool fork_safe;
   /* Load the driver and add every device (ferry__device_add). A missing driver
    * returns FERRY_ERROR_UNSUPPORTED with a sentence saying what is missing; the
    * core reports the backend as absent with that sentence and goes on. */

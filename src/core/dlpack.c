@@ -165,31 +165,34 @@ static ferry_status device_dl(const char *fn, const ferry_device *dev, ferry_dl_
 
 ferry_status ferry_dlpack_device(const ferry_device *device, ferry_dl_device *out_dl_device) {
   static const char fn[] = "ferry_dlpack_device";
-  ferry_status st = ferry__check_device(device, fn);
+  ferry_status st = ferry__enter_device(device, fn);
   if (st != FERRY_OK) return st;
-  if (!out_dl_device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_dl_device is NULL", fn);
-  return device_dl(fn, device, out_dl_device);
+  if (!out_dl_device)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_dl_device is NULL", fn);
+  else
+    st = device_dl(fn, device, out_dl_device);
+  ferry__leave();
+  return st;
 }
 
 static bool is_host_memory_type(int32_t type) {
   return type == FERRY_DL_CPU || type == FERRY_DL_CUDA_HOST || type == FERRY_DL_ROCM_HOST;
 }
 
-/* The device a DLPack device names, or NULL (no sentence). */
+/* The device a DLPack device names, or NULL (no sentence). Inside the gate. */
 static ferry_device *find_device(ferry_dl_device want) {
-  size_t n = ferry_device_count();
   ferry_device *dev = NULL;
   if (is_host_memory_type(want.device_type)) {
     if (want.device_id != 0) return NULL;
     ferry_device *host = NULL;
-    for (size_t i = 0; i < n && ferry_device_get(i, &dev) == FERRY_OK; i++) {
+    for (size_t i = 0; (dev = ferry__device_at(i)) != NULL; i++) {
       if (strcmp(dev->backend->name, "native") == 0) return dev;
       if (!host && dev->info.zero_copy) host = dev;
     }
     return host;
   }
   if (want.device_type == FERRY_DL_CUDA_MANAGED) want.device_type = FERRY_DL_CUDA;
-  for (size_t i = 0; i < n && ferry_device_get(i, &dev) == FERRY_OK; i++) {
+  for (size_t i = 0; (dev = ferry__device_at(i)) != NULL; i++) {
     ferry_dl_device d;
     if (dl_of(dev, &d) && d.device_type == want.device_type && d.device_id == want.device_id) return dev;
   }
@@ -198,17 +201,19 @@ static ferry_device *find_device(ferry_dl_device want) {
 
 ferry_status ferry_dlpack_find_device(ferry_dl_device dl_device, ferry_device **out_device) {
   static const char fn[] = "ferry_dlpack_find_device";
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = ferry__enter(fn);
   if (st != FERRY_OK) return st;
-  if (!out_device) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_device is NULL", fn);
-  ferry_device *dev = find_device(dl_device);
-  if (!dev) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_NO_DEVICE, "%s: no ferry device is DLPack device %s", fn,
-                       dl_device_text(dl_device, text));
-  }
-  *out_device = dev;
-  return FERRY_OK;
+  ferry_device *dev = NULL;
+  char text[64];
+  if (!out_device)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_device is NULL", fn);
+  else if (!(dev = find_device(dl_device)))
+    st = ferry__fail(FERRY_ERROR_NO_DEVICE, "%s: no ferry device is DLPack device %s", fn,
+                     dl_device_text(dl_device, text));
+  else
+    *out_device = dev;
+  ferry__leave();
+  return st;
 }
 
 /* ---- export ------------------------------------------------------------------- */
@@ -220,12 +225,13 @@ typedef struct dl_export {
   } t;
   int64_t shape[1], strides[1];
   ferry_buffer buffer; /* the handle when exported: the tensor's reference is on its slot */
+  uint64_t session;    /* the session the reference belongs to (ferry__hold) */
 } dl_export;
 
 static _Atomic size_t live_exports;
 
 static void export_release(dl_export *e) {
-  ferry__release_held(e->buffer);
+  ferry__release_held(e->buffer, e->session);
   atomic_fetch_sub_explicit(&live_exports, 1, memory_order_relaxed);
   free(e);
 }
@@ -239,10 +245,14 @@ static void versioned_deleter(ferry_dl_managed_tensor_versioned *self) {
 }
 
 static ferry_status export_tensor(const char *fn, ferry_buffer buffer, bool versioned, void **out_tensor) {
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = ferry__enter(fn);
   if (st != FERRY_OK) return st;
   ferry_slot *slot;
-  if ((st = ferry__acquire(buffer, fn, &slot)) != FERRY_OK) return st;
+  uint64_t session = 0;
+  if ((st = ferry__hold(buffer, fn, &slot, &session)) != FERRY_OK) {
+    ferry__leave();
+    return st;
+  }
   ferry_dl_device device;
   if (!out_tensor)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_tensor is NULL", fn);
@@ -252,13 +262,15 @@ static ferry_status export_tensor(const char *fn, ferry_buffer buffer, bool vers
   if (st == FERRY_OK && !(e = malloc(sizeof *e)))
     st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a DLPack tensor", fn);
   if (st != FERRY_OK) {
-    ferry__release(slot);
+    ferry__release_held(buffer, session);
+    ferry__leave();
     return st;
   }
   /* The reference taken above is now the tensor's, until its deleter runs. */
   e->shape[0] = (int64_t)(slot->kind == FERRY_CUSTOM ? slot->bytes : slot->length);
   e->strides[0] = 1;
   e->buffer = buffer;
+  e->session = session;
   ferry_dl_tensor t = {
       .data = (void *)slot->mem.handle,
       .device = device,
@@ -281,6 +293,7 @@ static ferry_status export_tensor(const char *fn, ferry_buffer buffer, bool vers
   }
   atomic_fetch_add_explicit(&live_exports, 1, memory_order_relaxed);
   *out_tensor = &e->t;
+  ferry__leave();
   return FERRY_OK;
 }
 
@@ -458,7 +471,7 @@ static ferry_status wrap(const import_plan *p, ferry_device *dev, import_how how
  * tensor is not one of those (the general path then decides). */
 static bool import_own(const import_plan *p, const dl_export *e, ferry_device *device, bool versioned, void *tensor,
                        ferry_buffer *out, ferry_status *out_status) {
-  ferry_slot *slot = ferry__held_slot(e->buffer); /* the tensor's reference keeps it */
+  ferry_slot *slot = ferry__held_slot(e->buffer, e->session); /* the tensor's reference keeps it */
   if (!slot) {
     *out_status =
         ferry__fail(FERRY_ERROR_STALE_BUFFER,
@@ -487,7 +500,7 @@ static ferry_status import_host(const import_plan *p, ferry_device *dev, bool ve
   if (!imp) return FERRY_ERROR_OUT_OF_MEMORY;
   ferry_buffer b;
   ferry_refusal why = FERRY_REFUSAL_NONE;
-  st = ferry_alloc_host_ptr(dev, ferry_array_of((void *)start, p->length, p->kind), &b, &why);
+  st = ferry__alloc_host_ptr_in(dev, ferry_array_of((void *)start, p->length, p->kind), &b, &why);
   if (st != FERRY_OK) {
     free(imp);
     ferry__fail(st, "%s: %s: %s", p->fn, p->what, ferry__error_text());
@@ -577,12 +590,16 @@ static ferry_status import_tensor(const char *fn, ferry_dl_tensor *t, bool versi
   return import_device(&p, dev, versioned, tensor, out, out_refusal);
 }
 
+/* Enters the gate; on FERRY_OK the caller leaves it. */
 static ferry_status import_start(const char *fn, const void *tensor, ferry_device *device, ferry_buffer *out_buffer) {
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = device ? ferry__enter_device(device, fn) : ferry__enter(fn);
   if (st != FERRY_OK) return st;
-  if (!tensor) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: tensor is NULL", fn);
-  if (!out_buffer) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
-  return device ? ferry__check_device(device, fn) : FERRY_OK;
+  if (!tensor)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: tensor is NULL", fn);
+  else if (!out_buffer)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
+  if (st != FERRY_OK) ferry__leave();
+  return st;
 }
 
 ferry_status ferry_dlpack_import(ferry_dl_managed_tensor *tensor, ferry_device *device, ferry_buffer *out_buffer,
@@ -593,6 +610,7 @@ ferry_status ferry_dlpack_import(ferry_dl_managed_tensor *tensor, ferry_device *
   const dl_export *own = tensor->deleter == legacy_deleter ? tensor->manager_ctx : NULL;
   st = import_tensor(fn, &tensor->dl_tensor, false, tensor, own, device, out_buffer, out_refusal);
   if (st == FERRY_OK && out_refusal) *out_refusal = FERRY_REFUSAL_NONE;
+  ferry__leave();
   return st;
 }
 
@@ -602,17 +620,20 @@ ferry_status ferry_dlpack_import_versioned(ferry_dl_managed_tensor_versioned *te
   ferry_status st = import_start(fn, tensor, device, out_buffer);
   if (st != FERRY_OK) return st;
   if (tensor->version.major != FERRY_DL_VERSION_MAJOR)
-    return refuse(out_refusal, FERRY_REFUSAL_VERSION,
-                  "%s: the tensor is DLPack %u.%u; ferry reads DLPack %d.x (the caller still owns the tensor and "
-                  "should call its deleter)",
-                  fn, (unsigned)tensor->version.major, (unsigned)tensor->version.minor, FERRY_DL_VERSION_MAJOR);
-  if (tensor->flags & FERRY_DL_FLAG_READ_ONLY)
-    return refuse(out_refusal, FERRY_REFUSAL_READ_ONLY,
-                  "%s: the tensor is read-only (DLPACK_FLAG_BITMASK_READ_ONLY), and every ferry buffer can be "
-                  "written",
-                  fn);
-  const dl_export *own = tensor->deleter == versioned_deleter ? tensor->manager_ctx : NULL;
-  st = import_tensor(fn, &tensor->dl_tensor, true, tensor, own, device, out_buffer, out_refusal);
+    st = refuse(out_refusal, FERRY_REFUSAL_VERSION,
+                "%s: the tensor is DLPack %u.%u; ferry reads DLPack %d.x (the caller still owns the tensor and "
+                "should call its deleter)",
+                fn, (unsigned)tensor->version.major, (unsigned)tensor->version.minor, FERRY_DL_VERSION_MAJOR);
+  else if (tensor->flags & FERRY_DL_FLAG_READ_ONLY)
+    st = refuse(out_refusal, FERRY_REFUSAL_READ_ONLY,
+                "%s: the tensor is read-only (DLPACK_FLAG_BITMASK_READ_ONLY), and every ferry buffer can be "
+                "written",
+                fn);
+  if (st == FERRY_OK) {
+    const dl_export *own = tensor->deleter == versioned_deleter ? tensor->manager_ctx : NULL;
+    st = import_tensor(fn, &tensor->dl_tensor, true, tensor, own, device, out_buffer, out_refusal);
+  }
   if (st == FERRY_OK && out_refusal) *out_refusal = FERRY_REFUSAL_NONE;
+  ferry__leave();
   return st;
 }

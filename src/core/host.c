@@ -5,6 +5,8 @@
  */
 #include "internal.h"
 
+#include "../backends/native/host_info.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,25 +24,27 @@ static struct {
   size_t count, capacity;
 } ranges = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-bool ferry__host_ranges_claim(const void *ptr, size_t bytes) {
+ferry_status ferry__host_ranges_claim(const char *fn, const void *ptr, size_t bytes) {
   uintptr_t start = (uintptr_t)ptr, end = start + bytes;
-  bool ok = true;
+  ferry_status st = FERRY_OK;
   pthread_mutex_lock(&ranges.lock);
-  for (size_t i = 0; i < ranges.count && ok; i++)
-    if (start < ranges.items[i].end && ranges.items[i].start < end) ok = false;
-  if (ok && ranges.count == ranges.capacity) {
+  for (size_t i = 0; i < ranges.count && st == FERRY_OK; i++)
+    if (start < ranges.items[i].end && ranges.items[i].start < end) st = FERRY_ERROR_REFUSED;
+  if (st == FERRY_OK && ranges.count == ranges.capacity) {
     size_t cap = ranges.capacity ? ranges.capacity * 2 : 16;
-    host_range *grown = realloc(ranges.items, cap * sizeof *grown);
+    host_range *grown = ferry__core_alloc(ranges.items, cap * sizeof *grown);
     if (grown) {
       ranges.items = grown;
       ranges.capacity = cap;
     } else {
-      ok = false;
+      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                       "%s: no host memory to record the range of a host-pointer buffer (%zu bytes for %zu ranges)", fn,
+                       cap * sizeof *grown, cap);
     }
   }
-  if (ok) ranges.items[ranges.count++] = (host_range){start, end};
+  if (st == FERRY_OK) ranges.items[ranges.count++] = (host_range){start, end};
   pthread_mutex_unlock(&ranges.lock);
-  return ok;
+  return st;
 }
 
 void ferry__host_ranges_unclaim(const void *ptr) {
@@ -140,13 +144,26 @@ static bool host_block_remove(void *ptr, bool internal, pinned_block *out) {
   return true;
 }
 
+static ferry_status host_too_big(const char *fn, size_t bytes) {
+  char a[64], b[64];
+  return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: %s asked, but this machine has %s of memory", fn,
+                     ferry__bytes_text(bytes, a), ferry__bytes_text(ferry__host_memory(), b));
+}
+
 ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void **out_ptr) {
   static const char fn[] = "ferry_host_alloc";
-  ferry_status st = ferry__check_device(device, fn);
+  ferry_status st = ferry__enter_device(device, fn);
   if (st != FERRY_OK) return st;
-  if (!out_ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
-  if (bytes == 0) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
-  return host_block_new(fn, device, bytes, false, out_ptr);
+  if (!out_ptr)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_ptr is NULL", fn);
+  else if (bytes == 0)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: bytes is 0", fn);
+  else if (bytes > ferry__host_memory()) /* never handed to an allocator: sanitizers abort on such sizes */
+    st = host_too_big(fn, bytes);
+  else
+    st = host_block_new(fn, device, bytes, false, out_ptr);
+  ferry__leave();
+  return st;
 }
 
 ferry_status ferry__host_alloc_internal(ferry_device *dev, size_t bytes, void **out) {
@@ -161,12 +178,17 @@ void ferry__host_free_internal(void *ptr) {
 ferry_status ferry_host_free(void *ptr) {
   static const char fn[] = "ferry_host_free";
   if (!ptr) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ptr is NULL", fn);
+  /* Inside the gate: the block's device must outlive its free. */
+  ferry_status st = ferry__enter(fn);
+  if (st != FERRY_OK) return st;
   pinned_block block;
-  if (!host_block_remove(ptr, false, &block))
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
-                       "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
-  host_block_free(block.device, ptr, block.bytes);
-  return FERRY_OK;
+  if (host_block_remove(ptr, false, &block))
+    host_block_free(block.device, ptr, block.bytes);
+  else
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                     "%s: %p did not come from ferry_host_alloc (or was released already)", fn, ptr);
+  ferry__leave();
+  return st;
 }
 
 bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t bytes) {
@@ -182,9 +204,11 @@ bool ferry__host_is_pinned(const ferry_backend *backend, const void *ptr, size_t
   return yes;
 }
 
-void ferry__host_shutdown(void) {
+/* Empties both lists. The blocks go back to their devices when `free_blocks` (a
+ * shutdown); a forked child leaves them (they are its parent's drivers'). */
+static void host_lists_clear(bool free_blocks) {
   pthread_rwlock_wrlock(&pinned.lock);
-  for (size_t i = 0; i < pinned.count; i++)
+  for (size_t i = 0; free_blocks && i < pinned.count; i++)
     host_block_free(pinned.items[i].device, (void *)pinned.items[i].start, pinned.items[i].bytes);
   free(pinned.items);
   pinned.items = NULL;
@@ -194,6 +218,32 @@ void ferry__host_shutdown(void) {
   free(ranges.items);
   ranges.items = NULL;
   ranges.count = ranges.capacity = 0;
+  pthread_mutex_unlock(&ranges.lock);
+}
+
+void ferry__host_shutdown(void) { host_lists_clear(true); }
+
+/* ---- fork() ---------------------------------------------------------------- */
+
+void ferry__host_forget(void) { host_lists_clear(false); }
+
+static void copy_pool_after_fork(void);
+
+void ferry__host_fork(ferry_fork_phase phase) {
+  if (phase == FERRY_FORK_PREPARE) {
+    pthread_mutex_lock(&ranges.lock);
+    pthread_rwlock_wrlock(&pinned.lock);
+    return;
+  }
+  pthread_rwlock_unlock(&pinned.lock);
+  if (phase == FERRY_FORK_CHILD) {
+    /* glibc's write lock remembers its writer's thread id, which differs in the
+     * child, so the unlock above did not release it (it only balances the
+     * sanitizers' books): the child's lock starts afresh. */
+    pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
+    pinned.lock = fresh;
+    copy_pool_after_fork();
+  }
   pthread_mutex_unlock(&ranges.lock);
 }
 
@@ -325,6 +375,21 @@ void ferry__host_move(void *dst, const void *src, size_t n) {
     memmove(dst, src, n);
   else
     ferry__parallel_memcpy(dst, src, n);
+}
+
+/* In a forked child: the copy threads are the parent's and do not run here; the
+ * pool's locks and conditions may be held or waited on by them, so they start
+ * afresh. The list of the parent's threads goes at the child's ferry_shutdown. */
+static void copy_pool_after_fork(void) {
+  pthread_mutex_t fresh_lock = PTHREAD_MUTEX_INITIALIZER;
+  pthread_cond_t fresh_cond = PTHREAD_COND_INITIALIZER;
+  pool.lock = fresh_lock;
+  pool.busy = fresh_lock;
+  pool.wake = fresh_cond;
+  pool.idle = fresh_cond;
+  pool.nthreads = 0;
+  pool.job = NULL;
+  pool.active = 0;
 }
 
 void ferry__copy_pool_shutdown(void) {

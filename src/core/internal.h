@@ -9,13 +9,6 @@
 
 /* ---- registry ---------------------------------------------------------- */
 
-/* Initialises on first use; FERRY_OK when the library is ready. */
-ferry_status ferry__ensure_init(void);
-
-/* Checks that `device` is a device of the running session; sets the error
- * sentence (naming `fn`) when it is not. */
-ferry_status ferry__check_device(const ferry_device *device, const char *fn);
-
 /* Registers an extra backend (tests' fault-injecting backend) before ferry_init.
  * It is numbered after the built-in ones and kept even when FERRY_BACKENDS is
  * set. Returns FERRY_ERROR_INVALID_ARGUMENT after init or when the table is full. */
@@ -27,6 +20,53 @@ const ferry_backend *ferry__backend_at(size_t index);
 
 /* FERRY_BACKENDS's check: names of this build's backends, each once, at least one. */
 bool ferry__backends_check(const char *value, char *why, size_t why_size);
+
+/* ---- the gate (registry.c) --------------------------------------------- */
+
+/* Every public call that uses a device, or the registry, runs between
+ * ferry__enter and ferry__leave, so that ferry_shutdown() can wait for it (and
+ * calls that arrive during a shutdown wait, then start ferry again). Transfers do
+ * not enter: the reference they hold on their buffers holds the shutdown back.
+ * ferry__enter initialises on first use; on failure nothing is held. */
+ferry_status ferry__enter(const char *fn);
+/* ferry__enter, then a check that `device` is a device of the running session
+ * (the sentence names `fn`); on failure nothing is held. */
+ferry_status ferry__enter_device(const ferry_device *device, const char *fn);
+void ferry__leave(void);
+/* The session's device at `index`, NULL past the last; inside the gate only. */
+ferry_device *ferry__device_at(size_t index);
+/* ferry_alloc_host_ptr inside the gate (DLPack imports of host memory). */
+ferry_status ferry__alloc_host_ptr_in(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
+                                      ferry_refusal *out_refusal);
+
+/* ---- fork() (registry.c) ------------------------------------------------ */
+
+/* True in a child forked from a process where ferry was running, until the
+ * child's ferry_shutdown() forgets the parent's session. Read with a relaxed
+ * load on the transfer path (no system call). */
+extern _Atomic bool ferry__forked;
+/* FERRY_ERROR_BACKEND and the sentence for a call in such a child. */
+ferry_status ferry__fork_refusal(const char *fn);
+
+/* The phases of a fork, for the files whose locks and state the fork handlers
+ * look after: PREPARE takes their locks (the state is then consistent), PARENT
+ * gives them back, CHILD gives them back in the child. */
+typedef enum ferry_fork_phase { FERRY_FORK_PREPARE, FERRY_FORK_PARENT, FERRY_FORK_CHILD } ferry_fork_phase;
+void ferry__handles_fork(ferry_fork_phase phase);
+void ferry__options_fork(ferry_fork_phase phase);
+void ferry__host_fork(ferry_fork_phase phase);
+/* The child's ferry_shutdown(): forget the parent's buffers, pinned blocks and
+ * copy threads without calling a driver (their memory is the parent's drivers'). */
+void ferry__handles_forget(void);
+void ferry__host_forget(void);
+
+/* ---- host allocations of the core's own tables ------------------------- */
+
+/* realloc, for the core's own tables (handle chunks, host-pointer ranges), so
+ * that tests can make them fail. */
+void *ferry__core_alloc(void *old, size_t bytes);
+/* Test hook: the next `count` calls of ferry__core_alloc fail. */
+void ferry__fail_core_allocs(unsigned count);
 
 /* ---- settings (options.c) ---------------------------------------------- */
 
@@ -61,12 +101,20 @@ struct ferry_device_state {
   ferry_cache_node *spare_nodes; /* nodes kept for the next put: no malloc on the free path */
   uint64_t cache_limit;          /* bytes the cache may hold */
   _Atomic uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
+  _Atomic uint64_t bytes_owned; /* CPU devices: bytes of live buffers with memory of their own (kept <= total_memory) */
   _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
   _Atomic uint64_t h2d_count, d2h_count, d2d_count;
 };
 
 ferry_status ferry__device_state_init(ferry_device *dev);
 void ferry__device_state_destroy(ferry_device *dev);
+/* Test hook: the device's total_memory (ferry_device_info's), so that tests can
+ * reach it without allocating the machine's memory. */
+void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes);
+
+/* In a forked child: frees the core's state of a device of the parent's session
+ * without calling the backend (its cached blocks are the parent's driver's). */
+void ferry__device_state_forget(ferry_device *dev);
 
 /* The size an allocation of `bytes` is rounded up to so that freed memory can be
  * reused by requests of nearby sizes (at most 25% more). */
@@ -115,15 +163,20 @@ typedef struct ferry_slot {
    * synchronises instead of copying. Whether it IS the array (no transfer needed,
    * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
   bool over_host_array;
-  void *foreign; /* FERRY_MEM_FOREIGN memory: dlpack.c's record of its owner */
+  _Atomic uint32_t holds; /* references among state's that DLPack tensors hold (ferry__hold) */
+  void *foreign;          /* FERRY_MEM_FOREIGN memory: dlpack.c's record of its owner */
 } ferry_slot;
 
+/* Makes the table on first use; it then lasts as long as the process. */
 ferry_status ferry__handles_init(void);
-/* Frees every live buffer (reporting them when `report_leaks`) and the table. */
+/* Frees every live buffer (reporting them when `report_leaks`), after the
+ * transfers still holding them have returned; no call may start one meanwhile
+ * (the gate is closed). The slots stay, each at its next generation. */
 void ferry__handles_shutdown(bool report_leaks);
 
-/* A fresh slot with one reference (the owner's); fill it, then publish. */
-ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index);
+/* A fresh slot with one reference (the owner's); fill it, then publish. A
+ * failure's sentence names `fn`. */
+ferry_status ferry__slot_new(const char *fn, ferry_slot **out_slot, uint32_t *out_index);
 /* Makes a filled slot reachable by its handle. */
 ferry_buffer ferry__slot_publish(ferry_slot *slot, uint32_t index);
 /* Returns an unpublished slot to the free list (a failed allocation). */
@@ -138,19 +191,31 @@ void ferry__release(ferry_slot *slot);
  * when the last reference is dropped. */
 ferry_status ferry__retire(ferry_buffer b, const char *fn);
 
+/* Test hook (ferry shut down): moves every slot's generation, and that of slots
+ * made later, up to at least `gen`, as if each had been freed and reused that
+ * often; generations never move back. Tests reach the generation limit with it
+ * instead of 2^31 allocations. */
+void ferry__handles_skip_generations(uint32_t gen);
+/* The generation at which a slot is retired (its handles could otherwise repeat). */
+#define FERRY_GENERATION_LIMIT 0xFFFFFFF0u
+
 /* Writes "buffer 7 (1024 float32 elements) on device 0 (cuda: NVIDIA H200)". */
 const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]);
 
 /* Releases the memory of a slot whose last reference is gone. */
 ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
 
-/* Drops a reference that may outlive the session (a DLPack export's), taken
- * while `b` was live: nothing happens once ferry_shutdown has released the
- * buffer's memory (or while it is doing so). */
-void ferry__release_held(ferry_buffer b);
-/* The slot a held reference points to, or NULL when the session it was taken in
- * has ended (the reference is gone with it). No reference is taken. */
-ferry_slot *ferry__held_slot(ferry_buffer b);
+/* References that may outlive the session (a DLPack export's). ferry__hold takes
+ * one like ferry__acquire (failing the same way) and says which session it
+ * belongs to; ferry_shutdown waits for transfers but not for these, releases the
+ * memory they hold, and ends the session, after which ferry__held_slot finds
+ * nothing and ferry__release_held does nothing. No reference is taken by
+ * ferry__held_slot. Must not race ferry_shutdown (a documented rule). */
+ferry_status ferry__hold(ferry_buffer b, const char *fn, ferry_slot **out_slot, uint64_t *out_session);
+ferry_slot *ferry__held_slot(ferry_buffer b, uint64_t session);
+void ferry__release_held(ferry_buffer b, uint64_t session);
+/* The session now; moves on at every ferry_shutdown. */
+uint64_t ferry__handles_session(void);
 
 /* ---- foreign memory (DLPack imports, dlpack.c) --------------------------- */
 
@@ -164,9 +229,11 @@ ferry_status ferry__foreign_release(ferry_slot *slot);
 
 /* ---- host memory ------------------------------------------------------- */
 
-/* The range [ptr, ptr + bytes) now lies under a host-ptr buffer; FERRY_REFUSAL_OVERLAP
- * (via a false return) when it overlaps one already registered. */
-bool ferry__host_ranges_claim(const void *ptr, size_t bytes);
+/* The range [ptr, ptr + bytes) now lies under a host-ptr buffer. FERRY_ERROR_REFUSED
+ * (without a sentence: the caller says FERRY_REFUSAL_OVERLAP) when it overlaps one
+ * already registered; FERRY_ERROR_OUT_OF_MEMORY (the sentence naming `fn`) when the
+ * table cannot grow. */
+ferry_status ferry__host_ranges_claim(const char *fn, const void *ptr, size_t bytes);
 void ferry__host_ranges_unclaim(const void *ptr);
 
 /* Pinned memory for ferry's own use (staging slots): like ferry_host_alloc, but

@@ -44,6 +44,28 @@ void ferry__device_state_destroy(ferry_device *dev) {
   dev->state = NULL;
 }
 
+void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes) { dev->info.total_memory = bytes; }
+
+void ferry__device_state_forget(ferry_device *dev) {
+  struct ferry_device_state *s = dev->state;
+  /* The cached blocks belong to the parent's driver: only the nodes go. Locks
+   * held by the parent's threads are not touched. */
+  for (unsigned b = 0; b < FERRY_CACHE_BUCKETS; b++) {
+    while (s->cache[b]) {
+      ferry_cache_node *n = s->cache[b];
+      s->cache[b] = n->next;
+      free(n);
+    }
+  }
+  while (s->spare_nodes) {
+    ferry_cache_node *n = s->spare_nodes;
+    s->spare_nodes = n->next;
+    free(n);
+  }
+  free(s);
+  dev->state = NULL;
+}
+
 static unsigned floor_log2(size_t v) {
   return (unsigned)(sizeof(unsigned long long) * 8 - 1) - (unsigned)__builtin_clzll(v);
 }
@@ -139,6 +161,14 @@ ferry_status ferry__cache_trim(ferry_device *dev) {
     }
     free(n);
   }
+  /* Then what the backend keeps for itself (checked's quarantine). */
+  if (dev->ops->trim) {
+    ferry_status st = dev->ops->trim(dev);
+    if (st != FERRY_OK && first == FERRY_OK) {
+      first = st;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    }
+  }
   if (first != FERRY_OK) ferry__fail(first, "%s", saved);
   return first;
 }
@@ -157,10 +187,13 @@ ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, s
   }
   size_t ask = class_bytes ? class_bytes : bytes;
   ferry_status st = dev->ops->alloc(dev, ask, &mem);
-  if (st == FERRY_ERROR_OUT_OF_MEMORY && atomic_load(&dev->state->bytes_cached) > 0) {
+  if (st == FERRY_ERROR_OUT_OF_MEMORY && (atomic_load(&dev->state->bytes_cached) > 0 || dev->ops->trim)) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    ferry__cache_trim(dev); /* a failure to free is the driver's; the retry says what matters */
+    /* A failure to free is the driver's, and the retry says what matters; a
+     * corruption found in memory the backend kept has nobody else to go to. */
+    if (ferry__cache_trim(dev) == FERRY_ERROR_BACKEND && dev->ops->trim)
+      fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
     st = dev->ops->alloc(dev, ask, &mem);
     if (st != FERRY_OK && st != FERRY_ERROR_OUT_OF_MEMORY)
       ferry__fail(st, "%s (after: %s)", ferry__error_text(), saved);

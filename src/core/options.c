@@ -280,6 +280,13 @@ ferry_status ferry__options_load(void) {
   return st;
 }
 
+void ferry__options_fork(ferry_fork_phase phase) {
+  if (phase == FERRY_FORK_PREPARE)
+    pthread_mutex_lock(&options.lock);
+  else
+    pthread_mutex_unlock(&options.lock);
+}
+
 void ferry__options_end(void) {
   pthread_mutex_lock(&options.lock);
   options.in_session = false;
@@ -324,6 +331,7 @@ bool ferry__option_has_word(const char *name, const char *word) {
 
 ferry_status ferry_set_option(const char *name, const char *value) {
   static const char fn[] = "ferry_set_option";
+  if (atomic_load(&ferry__forked)) return ferry__fork_refusal(fn);
   if (!name) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: name is NULL", fn);
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&options.lock);

@@ -58,16 +58,31 @@ static ferry_status check_ptr(const char *fn, const void *ptr, size_t byte_size,
   return FERRY_OK;
 }
 
-static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
-                                const char *which) {
-  char text[512];
+static ferry_status check_overflow(const char *fn, size_t offset, size_t bytes, const char *which) {
   if (offset > SIZE_MAX - bytes)
     return ferry__fail(FERRY_ERROR_OVERFLOW, "%s: %s offset %zu + %zu bytes overflows size_t", fn, which, offset,
                        bytes);
+  return FERRY_OK;
+}
+
+static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
+                                const char *which) {
+  char text[512];
+  ferry_status st = check_overflow(fn, offset, bytes, which);
+  if (st != FERRY_OK) return st;
   if (offset + bytes > slot->bytes)
     return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: %s bytes %zu..%zu run past the end of %s, which has %zu bytes",
                        fn, which, offset, offset + bytes, ferry__buffer_text(slot, text), slot->bytes);
   return FERRY_OK;
+}
+
+/* A transfer that moves no bytes still fails on a buffer the backend finds
+ * damaged (checked's guards): every transfer touching it does. */
+static ferry_status check_untouched(const char *fn, ferry_slot *slot) {
+  ferry_device *dev = slot->device;
+  if (!dev->ops->check) return FERRY_OK;
+  ferry_status st = dev->ops->check(dev, &slot->mem);
+  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
 }
 
 /* ---- moving bytes between the host and one buffer -------------------------- */
@@ -88,7 +103,9 @@ static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir di
 static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset, const void *src, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
     else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes, true)
@@ -103,7 +120,9 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
 static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, void *dst, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
     else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes, false)
@@ -163,7 +182,9 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
   ferry_device *sdev = src->device, *ddev = dst->device;
   ferry_status st = FERRY_OK;
   if (bytes == 0 || (src == dst && so == doff)) {
-    /* Nothing to move. */
+    /* Nothing to move; a damaged buffer still fails the copy. */
+    if ((st = check_untouched(fn, src)) == FERRY_OK && dst != src) st = check_untouched(fn, dst);
+    if (st != FERRY_OK) return st; /* the sentence names the damaged buffer */
   } else if (sdev == ddev) {
     bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
     if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
@@ -299,7 +320,10 @@ ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, s
     ferry__release(s);
     return st;
   }
-  if ((st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
+  /* Overflow on either side first, then either range past its end (docs/API.md's order). */
+  if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
+      (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
+      (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
       (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
     st = copy_bytes(fn, s, src_offset, d, dst_offset, bytes);
   ferry__release(d);

@@ -150,10 +150,11 @@ typedef struct model_buffer {
   size_t dev;
   ferry_kind kind; /* FERRY_CUSTOM for custom buffers */
   size_t elem, length, bytes;
-  bool zero_copy; /* what ferry_is_zero_copy answers: zero-copy buffers, and host-pointer buffers on zero-copy devices */
-  int arena;      /* -1: memory of its own; else the array it is over */
-  size_t at;      /* its offset in that arena */
-  bool host_ptr;  /* over an arena on a device that is not zero-copy: contents of its own, synchronised */
+  bool
+      zero_copy; /* what ferry_is_zero_copy answers: zero-copy buffers, and host-pointer buffers on zero-copy devices */
+  int arena;     /* -1: memory of its own; else the array it is over */
+  size_t at;     /* its offset in that arena */
+  bool host_ptr; /* over an arena on a device that is not zero-copy: contents of its own, synchronised */
   uint8_t *model; /* the buffer's bytes when it has its own (arena < 0, or host_ptr) */
   uint8_t *known;
 } model_buffer;

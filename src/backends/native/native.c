@@ -84,4 +84,4 @@ static ferry_status native_probe(ferry_probe *probe) {
   return ferry__device_add(probe, &desc);
 }
 
-const ferry_backend ferry_backend_native = {.name = "native", .probe = native_probe};
+const ferry_backend ferry_backend_native = {.name = "native", .probe = native_probe, .fork_safe = true};

@@ -10,7 +10,9 @@
  *
  * Buffers: clCreateBuffer, then a 1-byte write, because drivers (NVIDIA's among
  * them) reserve the memory only on first use and would report an out-of-memory
- * at the first transfer instead of at ferry_alloc.
+ * at the first transfer instead of at ferry_alloc. On CPU devices ferry allocates
+ * the memory itself and hands it over with CL_MEM_USE_HOST_PTR (PoCL aborts the
+ * process when its own deferred allocation fails; see cl_alloc_owned).
  *
  * Host-pointer buffers: CL_MEM_USE_HOST_PTR over the user's array. The array is
  * either the host's (mapped) or the device's (unmapped). ferry_host_to_device
@@ -79,6 +81,7 @@ typedef struct cl_device {
   bool is_cpu;
   bool amd_free_memory; /* cl_amd_device_attribute_query: free memory can be asked */
   bool pinned;          /* host_alloc gives mapped CL_MEM_ALLOC_HOST_PTR memory; pipelined transfers offered */
+  size_t base_align;    /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: what ferry's own memory for buffers is aligned to */
   /* The transfer last started on each staging slot (the core runs one pipelined
    * transfer per device at a time), and what it was, for messages. */
   struct {
@@ -102,6 +105,9 @@ typedef struct host_buf {
 
 static cl_device *device_of(const ferry_device *dev) { return dev->impl; }
 static cl_mem mem_of(const ferry_mem *m) { return (cl_mem)m->handle; }
+/* A host-pointer buffer's state; NULL for ferry's own buffers (whose impl, on
+ * CPU devices, is the host memory ferry allocated for them). */
+static host_buf *host_buf_of(const ferry_mem *m) { return (m->flags & FERRY_MEM_HOST_PTR) ? m->impl : NULL; }
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -283,8 +289,48 @@ static void unlock_pair(host_buf *a, host_buf *b) {
 
 /* ---- operations ---------------------------------------------------------- */
 
+/* The destructor callback of a buffer over ferry's own memory: the driver is done
+ * with it (the user may have retained the cl_mem past ferry_free). */
+static void free_owned(cl_mem mem, void *host) {
+  (void)mem;
+  free(host);
+}
+
+/* A buffer on a CPU device, over host memory ferry allocates itself. PoCL (and
+ * CPU drivers like it) allocate a buffer's memory only at its first use, and
+ * abort the process when that allocation fails (an assertion in PoCL 3.1 under an
+ * address-space limit); with memory of ferry's own, running out is an ordinary
+ * FERRY_ERROR_OUT_OF_MEMORY here, and the driver works on that memory directly
+ * (CL_MEM_USE_HOST_PTR on an aligned pointer: the device's memory IS the host's on
+ * a CPU device, so nothing is copied). */
+static ferry_status cl_alloc_owned(ferry_device *dev, size_t bytes, ferry_mem *out) {
+  cl_device *cd = device_of(dev);
+  void *host = NULL;
+  if (posix_memalign(&host, cd->base_align, bytes) != 0) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                       "posix_memalign could not give %s for a buffer on %s (a CPU device's buffers are host memory)",
+                       ferry__bytes_text(bytes, text), dev->label);
+  }
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, host, &err);
+  if (err == CL_SUCCESS && mem && API->clSetMemObjectDestructorCallback)
+    err = API->clSetMemObjectDestructorCallback(mem, free_owned, host);
+  if (err != CL_SUCCESS || !mem) {
+    if (mem) API->clReleaseMemObject(mem);
+    free(host);
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                     "clCreateBuffer(CL_MEM_USE_HOST_PTR)", true, "%zu bytes", bytes);
+  }
+  /* Without destructor callbacks (an OpenCL 1.0 loader) cl_free frees it. */
+  *out = (ferry_mem){
+      .handle = (uintptr_t)mem, .impl = API->clSetMemObjectDestructorCallback ? NULL : host, .bytes = bytes};
+  return FERRY_OK;
+}
+
 static ferry_status cl_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   cl_device *cd = device_of(dev);
+  if (cd->is_cpu) return cl_alloc_owned(dev, bytes, out);
   cl_int err = CL_SUCCESS;
   cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS || !mem) {
@@ -309,11 +355,12 @@ static ferry_status cl_free(ferry_device *dev, ferry_mem *mem) {
   cl_int err = API->clReleaseMemObject(mem_of(mem));
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clReleaseMemObject", false, "releasing a %zu-byte buffer", mem->bytes);
+  free(mem->impl); /* ferry's own memory under the buffer, where no destructor callback frees it */
   return FERRY_OK;
 }
 
 static ferry_status cl_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  host_buf *hb = dst->impl;
+  host_buf *hb = host_buf_of(dst);
   if (!hb) return enqueue_write(dev, mem_of(dst), off, src, n);
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&hb->lock);
@@ -328,7 +375,7 @@ static ferry_status cl_write(ferry_device *dev, ferry_mem *dst, size_t off, cons
 }
 
 static ferry_status cl_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  host_buf *hb = src->impl;
+  host_buf *hb = host_buf_of(src);
   if (!hb) return enqueue_read(dev, mem_of(src), off, dst, n);
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&hb->lock);
@@ -343,7 +390,7 @@ static ferry_status cl_read(ferry_device *dev, const ferry_mem *src, size_t off,
 }
 
 static ferry_status cl_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
-  host_buf *hs = src->impl, *hd = dst->impl;
+  host_buf *hs = host_buf_of(src), *hd = host_buf_of(dst);
   lock_pair(hs, hd);
   char *sh = hs && hs->mapped ? hs->host : NULL;
   char *dh = hd && hd->mapped ? hd->host : NULL;
@@ -577,13 +624,13 @@ static ferry_status start_slot(ferry_device *dev, cl_mem mem, size_t off, void *
 
 static ferry_status cl_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *pinned_src, size_t n,
                                    unsigned slot) {
-  if (dst->impl) return cl_write(dev, dst, off, pinned_src, n); /* host-pointer buffers: their state decides */
+  if (host_buf_of(dst)) return cl_write(dev, dst, off, pinned_src, n); /* host-pointer buffers: their state decides */
   return start_slot(dev, mem_of(dst), off, (void *)(uintptr_t)pinned_src, n, slot, true);
 }
 
 static ferry_status cl_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *pinned_dst, size_t n,
                                   unsigned slot) {
-  if (src->impl) return cl_read(dev, src, off, pinned_dst, n);
+  if (host_buf_of(src)) return cl_read(dev, src, off, pinned_dst, n);
   return start_slot(dev, mem_of(src), off, pinned_dst, n, slot, false);
 }
 
@@ -801,6 +848,7 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
       p <<= 1;
     align = p;
   }
+  cd->base_align = align < 64 ? 64 : align;
   ferry_device_desc desc = {
       .ops = cd->pinned ? &cl_ops_pipelined : &cl_ops,
       .impl = cd,

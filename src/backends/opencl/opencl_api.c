@@ -44,6 +44,7 @@ static const entry entries[] = {
     REQ(clWaitForEvents),
     REQ(clGetEventInfo),
     REQ(clReleaseEvent),
+    OPT(clSetMemObjectDestructorCallback),
     OPT(clCreateProgramWithSource),
     OPT(clBuildProgram),
     OPT(clGetProgramBuildInfo),

@@ -142,6 +142,7 @@ typedef struct cl_device_pci_bus_info_khr {
 
 typedef void (*ferry_cl_context_notify)(const char *errinfo, const void *private_info, size_t cb, void *user_data);
 typedef void (*ferry_cl_build_notify)(cl_program program, void *user_data);
+typedef void (*ferry_cl_mem_notify)(cl_mem mem, void *user_data);
 
 /* The loaded entry points. The ones under "required" are there whenever the
  * table is; the rest may be NULL (the kernel functions: a driver without a
@@ -180,6 +181,9 @@ typedef struct ferry_cl_api {
   cl_int (*clWaitForEvents)(cl_uint num_events, const cl_event *events);
   cl_int (*clGetEventInfo)(cl_event event, cl_event_info name, size_t size, void *value, size_t *size_ret);
   cl_int (*clReleaseEvent)(cl_event event);
+
+  /* optional (OpenCL 1.1): called once the driver destroyed the buffer */
+  cl_int (*clSetMemObjectDestructorCallback)(cl_mem mem, ferry_cl_mem_notify notify, void *user_data);
 
   /* optional: programs and kernels (tests, and users' own kernels) */
   cl_program (*clCreateProgramWithSource)(cl_context context, cl_uint count, const char **strings,
