@@ -4,6 +4,8 @@
  *  - host memory running out while ferry_alloc_host_ptr records the array's range
  *    is FERRY_ERROR_OUT_OF_MEMORY, not a refusal for an overlap that is not there;
  *  - ferry_copy reports an overflowing range before one that runs past the end;
+ *  - a typed transfer with a host array of an unknown kind is INVALID_ARGUMENT,
+ *    also on a custom buffer (which would otherwise be KIND_MISMATCH);
  *  - ferry_host_alloc refuses absurd sizes itself, before any allocator sees them
  *    (a sanitizer aborts on those).
  * Host allocations of the core's tables fail on demand through the test hook
@@ -74,6 +76,22 @@ static void copy_check_order(ferry_device *dev) {
   CHECK_OK(ferry_free(b));
 }
 
+static void typed_check_order(ferry_device *dev) {
+  harness_context = "typed transfers: an unknown kind before a custom buffer";
+  ferry_buffer custom;
+  CHECK_OK(ferry_alloc_custom(dev, 4, 12, &custom));
+  unsigned char bytes[48];
+  ferry_array unknown = ferry_array_of(bytes, 4, (ferry_kind)(FERRY_CUSTOM + 7));
+  CHECK_STATUS(ferry_host_to_device(unknown, custom), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("is not a ferry_kind");
+  CHECK_STATUS(ferry_device_to_host(custom, unknown), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("is not a ferry_kind");
+  /* A known kind on a custom buffer: the kind mismatch, as before. */
+  CHECK_STATUS(ferry_host_to_device(ferry_array_of(bytes, 48, FERRY_UINT8), custom), FERRY_ERROR_KIND_MISMATCH);
+  CHECK_ERROR_HAS("custom buffer");
+  CHECK_OK(ferry_free(custom));
+}
+
 static void host_alloc_absurd(ferry_device *dev) {
   harness_context = "ferry_host_alloc of absurd sizes";
   void *p = (void *)1;
@@ -98,6 +116,7 @@ int main(void) {
   host_ptr_out_of_memory(fault_dev);
   copy_check_order(native);
   copy_check_order(fault_dev);
+  typed_check_order(native);
   host_alloc_absurd(native);
   host_alloc_absurd(fault_dev);
   ferry_shutdown();

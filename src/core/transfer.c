@@ -28,13 +28,14 @@ static void count(_Atomic uint64_t *bytes_counter, _Atomic uint64_t *count_count
 
 static ferry_status check_typed(const char *fn, ferry_array a, const ferry_slot *slot, size_t *out_bytes) {
   char text[512];
+  /* Input that is wrong whatever the buffer comes first (docs/API.md's order). */
+  if ((unsigned)a.kind > (unsigned)FERRY_CUSTOM)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
   if (slot->kind == FERRY_CUSTOM)
     return ferry__fail(FERRY_ERROR_KIND_MISMATCH,
                        "%s: %s is a custom buffer; custom buffers take only ferry_host_ptr_to_device, "
                        "ferry_device_to_host_ptr and the byte-range functions",
                        fn, ferry__buffer_text(slot, text));
-  if ((unsigned)a.kind > (unsigned)FERRY_CUSTOM)
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
   if (a.kind != slot->kind)
     return ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: host array is %s, %s is %s", fn, ferry_kind_name(a.kind),
                        ferry__buffer_text(slot, text), ferry_kind_name(slot->kind));

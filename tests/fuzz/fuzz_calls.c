@@ -95,43 +95,6 @@ static void fail(const char *fmt, ...) {
   abort();
 }
 
-/* ---- bugs known and open ------------------------------------------------------------------ */
-
-/* Differences from the contract that are known, reported and not yet fixed: the
- * model accepts them (saying so once) so that fuzzing goes on past them; with
- * FERRY_FUZZ_STRICT=1 it does not. Each names its issue; delete the entry when
- * the fix lands, and the corpus (which holds a reproducer, named after it)
- * checks the fix. */
-typedef struct known_bug {
-  const char *id, *what;
-  bool said;
-} known_bug;
-
-static known_bug known_bugs[] = {
-    {"issue 12, item 5",
-     "ferry_copy reports a source range past its end (OUT_OF_RANGE) before a destination range "
-     "that overflows (OVERFLOW); docs/API.md checks both for overflow first",
-     false},
-    {"fuzz: typed transfer, custom buffer, unknown kind",
-     "a typed transfer between a custom buffer and a host array of an unknown kind says KIND_MISMATCH (custom "
-     "buffer); docs/API.md checks unknown kinds (INVALID_ARGUMENT) first (src/core/transfer.c check_typed)",
-     false},
-};
-
-static bool tolerated(const char *id) {
-  /* FERRY_FUZZ_STRICT=1: accept none; =TEXT: not those whose id contains TEXT. */
-  const char *strict = getenv("FERRY_FUZZ_STRICT");
-  if (strict && (strcmp(strict, "1") == 0 || (*strict && strstr(id, strict)))) return false;
-  for (size_t i = 0; i < sizeof known_bugs / sizeof known_bugs[0]; i++) {
-    if (strcmp(known_bugs[i].id, id) != 0) continue;
-    if (!known_bugs[i].said)
-      fprintf(stderr, "ferry_fuzz: accepting a known open bug (%s): %s\n", id, known_bugs[i].what);
-    known_bugs[i].said = true;
-    return true;
-  }
-  return false;
-}
-
 /* ---- the model --------------------------------------------------------------------------- */
 
 /* Host memory the program owns (what zero-copy and host-pointer buffers are
@@ -822,9 +785,6 @@ static void call_transfer(bool to_device, bool typed) {
     st = ferry_device_to_host_ptr(h, hr.p, host_bytes);
   }
   note("%s -> %s", call, ferry_status_name(st));
-  if (want == FERRY_ERROR_INVALID_ARGUMENT && st == FERRY_ERROR_KIND_MISMATCH && b && b->kind == FERRY_CUSTOM &&
-      (unsigned)kind > FERRY_CUSTOM && tolerated("fuzz: typed transfer, custom buffer, unknown kind"))
-    want = st;
   if (failed_by_driver(st, call)) {
     if (to_device)
       forget_buffer(b, 0, n);
@@ -986,9 +946,6 @@ static void call_copy(void) {
            doff, n);
   ferry_status st = ferry_copy(hs, so, hd, doff, n);
   note("%s -> %s", call, ferry_status_name(st));
-  if (want == FERRY_ERROR_OVERFLOW && !s_over && s_out && st == FERRY_ERROR_OUT_OF_RANGE &&
-      tolerated("issue 12, item 5"))
-    want = st;
   if (failed_by_driver(st, call))
     forget_buffer(d, doff, n);
   else
