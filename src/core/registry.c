@@ -61,7 +61,10 @@ ferry_status ferry__register_backend(const ferry_backend *backend) {
 
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
   const ferry_backend *b = probe->entry->backend;
-  if (!desc->ops || !desc->ops->alloc || !desc->ops->free || !desc->ops->write || !desc->ops->read || !desc->ops->copy)
+  const ferry_device_ops *o = desc->ops;
+  bool moves = (o && ((o->write && o->read) || (o->dma_start && o->dma_wait))) || desc->zero_copy;
+  if (!o || !o->alloc || !o->free || !o->copy || !moves || (!o->dma_start != !o->dma_wait) ||
+      ((o->pin_alloc || o->pin_register) && !o->pin_release))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: a device without the required operations", b->name);
   if (desc->ops->host_ptr_import && (!desc->ops->host_ptr_release || !desc->ops->host_ptr_sync))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: host_ptr_import without host_ptr_release and host_ptr_sync",
@@ -79,6 +82,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
   dev->ops = desc->ops;
   dev->backend = b;
   dev->caps = desc->caps;
+  dev->bounce_max = desc->bounce_max;
   snprintf(dev->name, sizeof dev->name, "%s", desc->name ? desc->name : "unnamed");
   ferry_device_info *info = &dev->info;
   info->index = reg.device_count;
@@ -97,6 +101,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
     free(dev);
     return st;
   }
+  ferry__engine_device_init(dev);
   reg.devices[reg.device_count++] = dev;
   probe->entry->count++;
   return FERRY_OK;
@@ -104,8 +109,9 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
 
 static void device_destroy(ferry_device *dev) {
   if (ferry__cache_trim(dev) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry__error_text());
-  ferry__stage_release(dev);
+  ferry__engine_device_release(dev);
   if (dev->ops->destroy) dev->ops->destroy(dev);
+  ferry__engine_device_destroy(dev);
   ferry__device_state_destroy(dev);
   free(dev);
 }
@@ -225,8 +231,9 @@ void ferry_shutdown(void) {
     bool leaks = debug && strstr(debug, "leaks");
     ferry__handles_shutdown(leaks);
     for (size_t i = 0; i < reg.device_count; i++)
-      ferry__stage_release(reg.devices[i]);
-    ferry__host_shutdown();
+      ferry__engine_device_release(reg.devices[i]);
+    ferry__pinned_shutdown();
+    ferry__host_ranges_shutdown();
     for (size_t i = reg.device_count; i-- > 0;)
       device_destroy(reg.devices[i]);
     for (size_t i = reg.entry_count; i-- > 0;)
@@ -236,7 +243,7 @@ void ferry_shutdown(void) {
     reg.devices = NULL;
     reg.device_count = reg.device_capacity = 0;
     reg.entry_count = 0;
-    ferry__copy_pool_shutdown();
+    ferry__copy_threads_shutdown();
     atomic_store(&ready, 0);
   }
   pthread_mutex_unlock(&init_lock);

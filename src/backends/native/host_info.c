@@ -2,7 +2,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 void ferry__host_cpu_name(char *buf, size_t size) {
   snprintf(buf, size, "host CPU");
@@ -21,9 +20,4 @@ void ferry__host_cpu_name(char *buf, size_t size) {
     break;
   }
   fclose(f);
-}
-
-uint64_t ferry__host_memory(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 32;
 }

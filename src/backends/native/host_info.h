@@ -3,12 +3,8 @@
 #define FERRY_BACKENDS_HOST_INFO_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 /* The processor's model name ("AMD EPYC 7B13 64-Core Processor"), or "host CPU". */
 void ferry__host_cpu_name(char *buf, size_t size);
-
-/* Bytes of physical memory. */
-uint64_t ferry__host_memory(void);
 
 #endif

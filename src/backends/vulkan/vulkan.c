@@ -7,9 +7,9 @@
  * exposes. ferry submits to that queue under its own lock (VkQueue is externally
  * synchronised). Buffers are VkBuffers with bound memory (vulkan_memory.c); bytes
  * move by memcpy through persistent mappings where device memory is the host's
- * (CPU devices such as lavapipe, integrated GPUs), else through staging and
- * vkCmdCopyBuffer; large copies within a device run a copy shader
- * (vulkan_transfer.c). See docs/backends/vulkan.md.
+ * (CPU devices such as lavapipe, integrated GPUs), else through the core's
+ * pinned staging and vkCmdCopyBuffer; large copies within a device run a copy
+ * shader (vulkan_transfer.c). See docs/backends/vulkan.md.
  */
 #include "vulkan_internal.h"
 
@@ -43,7 +43,6 @@ ferry_status ferry__vkb_fail(const ferry_device *dev, const char *call, VkResult
 
 static void read_options(void) {
   memset(&ferry__vkb_opts, 0, sizeof ferry__vkb_opts);
-  ferry__vkb_opts.chunk = VKB_DEFAULT_CHUNK;
   const char *dbg = getenv("FERRY_VULKAN_DEBUG");
   if (dbg) {
     char copy[256];
@@ -60,12 +59,8 @@ static void read_options(void) {
     }
   }
   uint64_t v;
-  if (ferry__env_bytes("FERRY_VULKAN_CHUNK", &v) && v > 0 && v <= SIZE_MAX)
-    ferry__vkb_opts.chunk = v < 65536 ? 65536 : (size_t)v;
-  /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
-   * timestamps around the dispatch, 1 GiB): one word per invocation and a group
-   * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
-   * or eight words per step, 517-526 us. */
+  /* The copy shader's shape, for tuning on new hardware (the default is the
+   * fastest shape measured on the H200: docs/backends/vulkan.md). */
   ferry__vkb_opts.copy_unroll = 1;
   ferry__vkb_opts.copy_groups = 0;
   if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) ferry__vkb_opts.copy_unroll = (uint32_t)v;
@@ -101,10 +96,7 @@ static void device_close(vkb_device *d) {
     ferry__vk()->vkDestroyDevice(d->device, NULL);
   }
   if (d->locks_ready) {
-    pthread_mutex_destroy(&d->ring_lock);
     pthread_mutex_destroy(&d->alloc_lock);
-    pthread_mutex_destroy(&d->pipe_lock);
-    pthread_rwlock_destroy(&d->host_lock);
     pthread_mutex_destroy(&d->copier.lock);
   }
   for (int i = 0; i < 2; i++) {
@@ -129,14 +121,14 @@ static const ferry_device_ops vkb_ops = {
     .host_ptr_import = ferry__vkb_host_ptr_import,
     .host_ptr_sync = ferry__vkb_host_ptr_sync,
     .host_ptr_release = ferry__vkb_host_ptr_release,
-    .host_alloc = ferry__vkb_host_alloc,
-    .host_free = ferry__vkb_host_free,
+    .pin_alloc = ferry__vkb_pin_alloc,
+    .pin_register = ferry__vkb_pin_register,
+    .pin_release = ferry__vkb_pin_release,
+    .dma_start = ferry__vkb_dma_start,
+    .dma_wait = ferry__vkb_dma_wait,
     .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
     .free_memory = ferry__vkb_free_memory,
-    .write_async = ferry__vkb_write_async,
-    .read_async = ferry__vkb_read_async,
-    .wait_slot = ferry__vkb_wait_slot,
     .destroy = vkb_destroy,
 };
 
@@ -243,10 +235,7 @@ static bool host_import_supported(vkb_device *d) {
 static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32_t index) {
   vkb_device *d = dev->impl;
   d->phys = phys;
-  pthread_mutex_init(&d->ring_lock, NULL);
   pthread_mutex_init(&d->alloc_lock, NULL);
-  pthread_mutex_init(&d->pipe_lock, NULL);
-  pthread_rwlock_init(&d->host_lock, NULL);
   pthread_mutex_init(&d->copier.lock, NULL);
   d->locks_ready = true;
 
@@ -398,7 +387,8 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
         .zero_copy = false,
         .host_ptr = d->host_ptr,
         .host_ptr_alignment = d->host_ptr ? d->host_ptr_alignment : 1,
-        .caps = FERRY_CAP_CACHE,
+        /* Buffers that are not mapped (discrete GPUs) are reached through the core's staging only. */
+        .caps = FERRY_CAP_CACHE | (d->mapped ? 0u : FERRY_CAP_STAGE),
     };
     st = ferry__device_add(probe, &desc);
     if (st != FERRY_OK) {

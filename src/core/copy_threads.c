@@ -1,0 +1,216 @@
+/*
+ * The copy threads: large host copies split over a small pool of threads, since
+ * one core's memcpy reaches only part of what the memory system moves (a third
+ * on the H200's host; docs/PERFORMANCE.md).
+ *
+ * A copy is a job of equal chunks that the caller and the workers take in turn
+ * (an atomic counter), so that a descheduled thread holds the copy up by one
+ * chunk, not by its share. Between jobs a worker spins for a short while before
+ * it sleeps: the staging pipeline hands out a job per piece, often every few
+ * tens of microseconds, and waking a sleeping thread costs about as much as
+ * copying a small piece. While a pipeline runs it holds the workers awake
+ * (ferry__copy_threads_hold).
+ *
+ * FERRY_COPY_THREADS sets the number of threads (the caller's included);
+ * default: the processors online, at most 16, and none besides the caller on
+ * machines of fewer than 4 processors, where a second thread gains little and
+ * loses much as soon as anything else runs.
+ */
+#include "internal.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* One copy in progress. It lives on the caller's stack; a worker reaches it
+ * only between raising `active` and lowering it again, and the caller clears
+ * `job` and then waits for `active` to fall to zero before returning. */
+typedef struct copy_job {
+  char *dst;
+  const char *src;
+  size_t n, chunk, chunks;
+  _Atomic size_t next;
+} copy_job;
+
+static struct {
+  pthread_mutex_t lock; /* start, stop, and sleeping workers' condition */
+  pthread_cond_t wake;
+  pthread_mutex_t busy; /* one parallel copy at a time; others copy on their own */
+  pthread_t *threads;
+  int nthreads; /* workers started, besides the caller */
+  bool started;
+  _Atomic bool stop;
+  _Atomic(copy_job *) job;
+  _Atomic uint64_t generation; /* counts jobs, so that a worker joins each one once */
+  _Atomic int active;          /* workers inside a job */
+  _Atomic int sleeping;        /* workers waiting on `wake` */
+  _Atomic int holders;         /* pipelines keeping the workers awake */
+  _Atomic uint64_t last_job_ns;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER, .busy = PTHREAD_MUTEX_INITIALIZER};
+
+/* How long a worker spins for the next job before it sleeps. */
+#define SPIN_NS 200000u
+/* Below these a single memcpy wins: handing work to sleeping threads costs
+ * about 15 us, to spinning ones about 1 us. */
+#define PARALLEL_MIN_COLD ((size_t)4 << 20)
+#define PARALLEL_MIN_HOT  ((size_t)256 << 10)
+#define CHUNK_MIN         ((size_t)64 << 10)
+#define CHUNK_MAX         ((size_t)4 << 20)
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+static void copy_chunks(copy_job *job) {
+  size_t i;
+  while ((i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->chunks) {
+    size_t off = i * job->chunk;
+    size_t len = job->n - off < job->chunk ? job->n - off : job->chunk;
+    memcpy(job->dst + off, job->src + off, len);
+  }
+}
+
+/* Waits for a job newer than `seen`; false when the pool stops. */
+static bool await_job(uint64_t seen) {
+  uint64_t start = now_ns();
+  for (unsigned spins = 0;; spins++) {
+    if (atomic_load(&pool.stop)) return false;
+    if (atomic_load(&pool.generation) != seen) return true;
+    if ((spins & 255) == 255) {
+      if (atomic_load(&pool.holders) == 0 && now_ns() - start > SPIN_NS) break;
+      sched_yield(); /* let whatever else wants this processor have it now and then */
+    }
+    cpu_relax();
+  }
+  pthread_mutex_lock(&pool.lock);
+  atomic_fetch_add(&pool.sleeping, 1);
+  while (!atomic_load(&pool.stop) && atomic_load(&pool.generation) == seen)
+    pthread_cond_wait(&pool.wake, &pool.lock);
+  atomic_fetch_sub(&pool.sleeping, 1);
+  pthread_mutex_unlock(&pool.lock);
+  return !atomic_load(&pool.stop);
+}
+
+static void *copy_worker(void *arg) {
+  (void)arg;
+  uint64_t seen = 0;
+  while (await_job(seen)) {
+    seen = atomic_load(&pool.generation);
+    atomic_fetch_add(&pool.active, 1); /* before looking at the job: see copy_job */
+    copy_job *job = atomic_load(&pool.job);
+    if (job) copy_chunks(job);
+    atomic_fetch_sub(&pool.active, 1);
+  }
+  return NULL;
+}
+
+static int copy_thread_count(void) {
+  const char *env = getenv("FERRY_COPY_THREADS");
+  if (env && *env) {
+    long n = strtol(env, NULL, 10);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+  }
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n < 4) return 1;
+  return n > 16 ? 16 : (int)n;
+}
+
+/* Starts the workers on first use; their number. */
+static int pool_workers(void) {
+  pthread_mutex_lock(&pool.lock);
+  if (!pool.started) {
+    pool.started = true;
+    int want = copy_thread_count() - 1;
+    pool.threads = want > 0 ? calloc((size_t)want, sizeof *pool.threads) : NULL;
+    for (int i = 0; pool.threads && i < want; i++) {
+      if (pthread_create(&pool.threads[i], NULL, copy_worker, NULL) != 0) break;
+      pool.nthreads++;
+    }
+  }
+  int n = pool.nthreads;
+  pthread_mutex_unlock(&pool.lock);
+  return n;
+}
+
+/* Are the workers awake (a job or a hold within the spin time)? */
+static bool pool_hot(void) {
+  return atomic_load(&pool.holders) > 0 || now_ns() - atomic_load(&pool.last_job_ns) < SPIN_NS / 2;
+}
+
+void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
+  if (n < PARALLEL_MIN_HOT || (n < PARALLEL_MIN_COLD && !pool_hot()) || pthread_mutex_trylock(&pool.busy) != 0) {
+    memcpy(dst, src, n);
+    return;
+  }
+  int workers = pool_workers();
+  if (workers == 0) {
+    pthread_mutex_unlock(&pool.busy);
+    memcpy(dst, src, n);
+    return;
+  }
+  /* About four chunks per thread. */
+  size_t chunk = ((n / ((size_t)(workers + 1) * 4)) + 4095) & ~(size_t)4095;
+  if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
+  if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
+  copy_job job = {.dst = dst, .src = src, .n = n, .chunk = chunk, .chunks = (n + chunk - 1) / chunk};
+  atomic_init(&job.next, 0);
+  atomic_store(&pool.job, &job);
+  atomic_fetch_add(&pool.generation, 1);
+  if (atomic_load(&pool.sleeping) > 0) {
+    pthread_mutex_lock(&pool.lock);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+  }
+  copy_chunks(&job);
+  atomic_store(&pool.job, NULL);
+  while (atomic_load(&pool.active) > 0)
+    cpu_relax();
+  atomic_store(&pool.last_job_ns, now_ns());
+  pthread_mutex_unlock(&pool.busy);
+}
+
+void ferry__host_move(void *dst, const void *src, size_t n) {
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (d == s || n == 0) return;
+  if (d < s + n && s < d + n)
+    memmove(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
+
+void ferry__copy_threads_hold(void) { atomic_fetch_add(&pool.holders, 1); }
+
+void ferry__copy_threads_release(void) {
+  atomic_store(&pool.last_job_ns, now_ns());
+  atomic_fetch_sub(&pool.holders, 1);
+}
+
+void ferry__copy_threads_shutdown(void) {
+  pthread_mutex_lock(&pool.lock);
+  atomic_store(&pool.stop, true);
+  pthread_cond_broadcast(&pool.wake);
+  int n = pool.nthreads;
+  pthread_t *threads = pool.threads;
+  pthread_mutex_unlock(&pool.lock);
+  for (int i = 0; i < n; i++)
+    pthread_join(threads[i], NULL);
+  free(threads);
+  pthread_mutex_lock(&pool.lock);
+  pool.threads = NULL;
+  pool.nthreads = 0;
+  pool.started = false;
+  atomic_store(&pool.stop, false);
+  pthread_mutex_unlock(&pool.lock);
+}

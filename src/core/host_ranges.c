@@ -1,0 +1,57 @@
+/*
+ * The host ranges under live host-pointer buffers, so that two buffers never
+ * share bytes of the user's memory (drivers refuse, or worse, alias them).
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+typedef struct host_range {
+  uintptr_t start, end;
+} host_range;
+
+static struct {
+  pthread_mutex_t lock;
+  host_range *items;
+  size_t count, capacity;
+} ranges = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+bool ferry__host_ranges_claim(const void *ptr, size_t bytes) {
+  uintptr_t start = (uintptr_t)ptr, end = start + bytes;
+  bool ok = true;
+  pthread_mutex_lock(&ranges.lock);
+  for (size_t i = 0; i < ranges.count && ok; i++)
+    if (start < ranges.items[i].end && ranges.items[i].start < end) ok = false;
+  if (ok && ranges.count == ranges.capacity) {
+    size_t cap = ranges.capacity ? ranges.capacity * 2 : 16;
+    host_range *grown = realloc(ranges.items, cap * sizeof *grown);
+    if (grown) {
+      ranges.items = grown;
+      ranges.capacity = cap;
+    } else {
+      ok = false;
+    }
+  }
+  if (ok) ranges.items[ranges.count++] = (host_range){start, end};
+  pthread_mutex_unlock(&ranges.lock);
+  return ok;
+}
+
+void ferry__host_ranges_unclaim(const void *ptr) {
+  pthread_mutex_lock(&ranges.lock);
+  for (size_t i = 0; i < ranges.count; i++) {
+    if (ranges.items[i].start == (uintptr_t)ptr) {
+      ranges.items[i] = ranges.items[--ranges.count];
+      break;
+    }
+  }
+  pthread_mutex_unlock(&ranges.lock);
+}
+
+void ferry__host_ranges_shutdown(void) {
+  pthread_mutex_lock(&ranges.lock);
+  free(ranges.items);
+  ranges.items = NULL;
+  ranges.count = ranges.capacity = 0;
+  pthread_mutex_unlock(&ranges.lock);
+}
