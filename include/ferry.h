@@ -125,9 +125,11 @@ FERRY_API ferry_array ferry_array_of(void *data, size_t length, ferry_kind kind)
 typedef struct ferry_device ferry_device;
 
 /* Starts every backend and numbers their devices. Optional: any call initialises
- * on first use. Idempotent. Fails only when FERRY_BACKENDS names a backend this
- * build does not have (FERRY_ERROR_INVALID_ARGUMENT); a backend whose driver is
- * missing just has no devices (see ferry_backend_get). */
+ * on first use. Idempotent. Reads the settings (see ferry_set_option) and fails
+ * with FERRY_ERROR_INVALID_ARGUMENT when one of them is wrong (FERRY_BACKENDS
+ * naming a backend this build does not have, or none; a byte count that does not
+ * parse, ...); a backend whose driver is missing just has no devices (see
+ * ferry_backend_get). */
 FERRY_API ferry_status ferry_init(void);
 
 /* Frees every buffer, cached allocation, pinned host block and device, and unloads
@@ -203,6 +205,57 @@ FERRY_API size_t ferry_backend_count(void);
 /* Fills *out_info for backend `index` (0 .. ferry_backend_count()-1), in the
  * order devices are numbered. FERRY_ERROR_NO_DEVICE when out of range. */
 FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info);
+
+/* ------------------------------------------------------------------------- */
+/* Settings                                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* ferry's settings are named after their environment variables (FERRY_BACKENDS,
+ * FERRY_CACHE_LIMIT, FERRY_CUDA_LIBRARY, ...; the list, with what each takes, is
+ * ferry_option_get's and the README's). ferry_init reads each one once: the value
+ * given by ferry_set_option if there is one, else the environment's; an empty
+ * value counts as unset (the default). A value that is not a number where one is
+ * needed, negative, outside its range, or not one of its words makes ferry_init
+ * fail with FERRY_ERROR_INVALID_ARGUMENT naming the variable, the value and what it
+ * takes; every call that needs the library then fails the same way until the value
+ * is fixed. */
+
+typedef enum ferry_option_source {
+  FERRY_OPTION_DEFAULT = 0, /* neither the environment nor code set it */
+  FERRY_OPTION_ENVIRONMENT, /* from the environment variable of that name */
+  FERRY_OPTION_CODE,        /* from ferry_set_option */
+} ferry_option_source;
+
+typedef struct ferry_option_info {
+  const char *name;           /* "FERRY_CACHE_LIMIT": the environment variable's name */
+  const char *value;          /* the value in effect, as text ("" when unset and without default) */
+  ferry_option_source source; /* where the value comes from */
+  const char *range;          /* what it accepts, in words: "0 to 2^62 bytes; suffixes K, M, G, T" */
+  const char *description;    /* one line */
+} ferry_option_info;
+
+/* Sets option `name` (the environment variable's name) from code, checked as the
+ * environment's value would be; value NULL removes the code setting. Only before
+ * ferry_init (or after ferry_shutdown): while ferry is running it returns
+ * FERRY_ERROR_INVALID_ARGUMENT and changes nothing, since settings take effect at
+ * ferry_init. A value set from code wins over the environment's (the program asked
+ * for it explicitly), for every later ferry_init until it is removed (NULL brings
+ * the environment's back); the empty string means the default, whatever the
+ * environment says. An unknown name, or a value the option does not take, is
+ * FERRY_ERROR_INVALID_ARGUMENT with the name, the value and what it takes. */
+FERRY_API ferry_status ferry_set_option(const char *name, const char *value);
+
+/* Number of settings this build reads: the core's and every backend's, whether
+ * the backend is enabled or not. Does not start ferry. */
+FERRY_API size_t ferry_option_count(void);
+
+/* Fills *out for setting `index` (0 .. ferry_option_count()-1), in a fixed order
+ * (the core's, then each backend's). While ferry is running, the value is the one
+ * it read at ferry_init; before, the one the next ferry_init would read. Does not
+ * start ferry. The strings stay valid until the next ferry_set_option, ferry_init
+ * or ferry_shutdown call (before ferry_init, also until the environment variable
+ * changes). FERRY_ERROR_INVALID_ARGUMENT for a NULL out or an index out of range. */
+FERRY_API ferry_status ferry_option_get(size_t index, ferry_option_info *out);
 
 /* ------------------------------------------------------------------------- */
 /* Buffers                                                                   */
@@ -344,9 +397,12 @@ FERRY_API ferry_kind ferry_buffer_kind(ferry_buffer b);
  * (a zero-copy buffer's is still its array's address). */
 FERRY_API uintptr_t ferry_device_ptr(ferry_buffer b);
 
-/* True exactly for buffers made by ferry_alloc_zero_copy or ferry_alloc_host_ptr
- * (host access to them needs no copy by ferry); false for every other buffer and
- * for a stale handle. */
+/* "No transfers needed": true exactly for buffers that ARE their host array with
+ * nothing to synchronise, those made by ferry_alloc_zero_copy and by
+ * ferry_alloc_host_ptr on a zero-copy device (native, checked). False for
+ * host-pointer buffers on devices with memory of their own (OpenCL, Vulkan, CUDA:
+ * host access to them goes through transfers on the same array, which synchronise
+ * instead of copying), for every other buffer and for a stale handle. */
 FERRY_API bool ferry_is_zero_copy(ferry_buffer b);
 
 /* The buffer's device; NULL for a stale handle. */

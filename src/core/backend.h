@@ -171,8 +171,51 @@ typedef struct ferry_probe ferry_probe; /* the core's list of devices under cons
 /* Adds a device; called by a backend's probe in the order its devices are to be numbered. */
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc);
 
+/* ---- settings (options.c) -----------------------------------------------
+ *
+ * Every FERRY_* variable the library reads is declared once, by the code that
+ * uses it: the core's in options.c, each backend's in its ferry_backend.options.
+ * ferry_init reads them all (ferry_set_option's value first, else the
+ * environment's), checks each against its declaration and fails with
+ * FERRY_ERROR_INVALID_ARGUMENT naming the variable, the value and what it takes;
+ * the core and the backends then read the checked values through the getters
+ * below, never through getenv. An empty value counts as unset. */
+typedef enum ferry_option_type {
+  FERRY_OPTION_BYTES,  /* a byte count: digits and an optional K, M, G or T (powers of 1024), in [min, max] */
+  FERRY_OPTION_COUNT,  /* a whole number, in [min, max] */
+  FERRY_OPTION_SWITCH, /* 0 or 1 */
+  FERRY_OPTION_CHOICE, /* exactly one of `words` (a comma-separated list) */
+  FERRY_OPTION_WORDS,  /* one or more of `words`, separated by commas or spaces */
+  FERRY_OPTION_TEXT,   /* any text (a library path), checked by `check` if given */
+} ferry_option_type;
+
+typedef struct ferry_option_def {
+  const char *name; /* the environment variable: "FERRY_CACHE_LIMIT" */
+  ferry_option_type type;
+  uint64_t min, max;         /* BYTES and COUNT */
+  const char *words;         /* CHOICE and WORDS: "stream,memops,bounce" */
+  const char *default_value; /* in effect when unset, as text; NULL when it depends (on the device, the machine) */
+  const char *range;         /* what it takes, in words: "0 to 2^62 bytes; suffixes K, M, G, T" */
+  const char *description;   /* one line; says the default in words where default_value is NULL */
+  /* A further check of a value the type accepts (NULL: none): false, with what is
+   * wrong in `why` ("names 'cuda-typo', which this build does not have"). */
+  bool (*check)(const char *value, char *why, size_t why_size);
+} ferry_option_def;
+
+/* The checked value of a BYTES, COUNT or SWITCH option in this session: true with
+ * *out when it is set, false when unset (the caller's default applies). */
+bool ferry__option_number(const char *name, uint64_t *out);
+/* The value of any option in this session as text; NULL when unset. Valid until
+ * ferry_shutdown(). */
+const char *ferry__option_text(const char *name);
+/* Does WORDS option `name` hold `word`? */
+bool ferry__option_has_word(const char *name, const char *word);
+
 typedef struct ferry_backend {
   const char *name;
+  /* The backend's own FERRY_* variables, ended by an entry whose name is NULL;
+   * NULL when it has none. Listed by ferry_option_get, checked at ferry_init. */
+  const ferry_option_def *options;
   /* Load the driver and add every device (ferry__device_add). A missing driver
    * returns FERRY_ERROR_UNSUPPORTED with a sentence saying what is missing; the
    * core reports the backend as absent with that sentence and goes on. */
@@ -220,8 +263,5 @@ size_t ferry__size_class(size_t bytes);
 
 /* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
 const char *ferry__bytes_text(uint64_t bytes, char buf[64]);
-/* Reads a byte count like "512M", "2G" or "1048576" from the environment (the
- * core's variables and the backends' own); false when unset or not a number. */
-bool ferry__env_bytes(const char *name, uint64_t *out);
 
 #endif /* FERRY_CORE_BACKEND_H */

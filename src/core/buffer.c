@@ -82,7 +82,7 @@ static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length
   slot->elem_size = elem_size;
   slot->bytes = bytes;
   slot->class_bytes = class_bytes;
-  slot->zero_copy = false;
+  slot->over_host_array = false;
   stats_buffer_born(dev, bytes);
   *out = ferry__slot_publish(slot, index);
   return FERRY_OK;
@@ -126,7 +126,7 @@ static ferry_status wrap_array(ferry_device *dev, ferry_array host, size_t bytes
   slot->elem_size = ferry_kind_size(host.kind);
   slot->bytes = bytes;
   slot->class_bytes = 0;
-  slot->zero_copy = true;
+  slot->over_host_array = true;
   stats_buffer_born(dev, bytes);
   *out = ferry__slot_publish(slot, index);
   return FERRY_OK;
@@ -276,7 +276,10 @@ uintptr_t ferry_device_ptr(ferry_buffer b) {
 bool ferry_is_zero_copy(ferry_buffer b) {
   ferry_slot *s = ferry__peek(b);
   if (!s) return false;
-  bool v = s->zero_copy;
+  /* The seed's "no transfers needed": a buffer that IS its array. A host-ptr
+   * buffer on a device with memory of its own is over its array too, but its
+   * host access needs the transfers that synchronise it. */
+  bool v = (s->mem.flags & FERRY_MEM_ZERO_COPY) != 0;
   ferry__release(s);
   return v;
 }

@@ -117,11 +117,8 @@ static void *copy_worker(void *arg) {
 }
 
 static int copy_thread_count(void) {
-  const char *env = getenv("FERRY_COPY_THREADS");
-  if (env && *env) {
-    long n = strtol(env, NULL, 10);
-    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
-  }
+  uint64_t set;
+  if (ferry__option_number("FERRY_COPY_THREADS", &set)) return (int)set; /* 1 to 64, checked at ferry_init */
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   if (n < 4) return 1;
   return n > 16 ? 16 : (int)n;

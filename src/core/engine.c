@@ -56,9 +56,9 @@ void ferry__engine_device_init(ferry_device *dev) {
   struct ferry_engine *e = &dev->state->engine;
   pthread_mutex_init(&e->lock, NULL);
   uint64_t v;
-  if (ferry__env_bytes("FERRY_STAGE_BYTES", &v) && v >= 4096 && v <= ((uint64_t)1 << 32))
-    e->piece_override = (size_t)v & ~(size_t)4095;
-  if (ferry__env_bytes("FERRY_STAGE_MIN", &v)) {
+  /* Checked at ferry_init: FERRY_STAGE_BYTES 4K to 4G, FERRY_STAGE_MIN 0 to 2^62. */
+  if (ferry__option_number("FERRY_STAGE_BYTES", &v)) e->piece_override = (size_t)v & ~(size_t)4095;
+  if (ferry__option_number("FERRY_STAGE_MIN", &v)) {
     e->min_set = true;
     e->min_override = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
   }

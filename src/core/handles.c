@@ -195,7 +195,7 @@ void ferry__handles_shutdown(bool report_leaks) {
       char text[512];
       if (leaked == 0) fprintf(stderr, "ferry: buffers still live at ferry_shutdown():\n");
       fprintf(stderr, "ferry:   %s, %zu bytes%s\n", ferry__buffer_text(slot, text), slot->bytes,
-              slot->zero_copy ? ", over a host array" : "");
+              slot->over_host_array ? ", over a host array" : "");
     }
     leaked++;
     if (ferry__slot_destroy_memory(slot) != FERRY_OK)

@@ -21,6 +21,21 @@ ferry_status ferry__check_device(const ferry_device *device, const char *fn);
  * set. Returns FERRY_ERROR_INVALID_ARGUMENT after init or when the table is full. */
 FERRY_API ferry_status ferry__register_backend(const ferry_backend *backend);
 
+/* The backends settings are collected from: the built-in ones, then those
+ * registered; NULL past the last. */
+const ferry_backend *ferry__backend_at(size_t index);
+
+/* FERRY_BACKENDS's check: names of this build's backends, each once, at least one. */
+bool ferry__backends_check(const char *value, char *why, size_t why_size);
+
+/* ---- settings (options.c) ---------------------------------------------- */
+
+/* Reads and checks every setting for a new session (the init lock held); a wrong
+ * value fails with FERRY_ERROR_INVALID_ARGUMENT and changes nothing. */
+ferry_status ferry__options_load(void);
+/* The session ended (or did not start): ferry_set_option is allowed again. */
+void ferry__options_end(void);
+
 /* ---- per-device state -------------------------------------------------- */
 
 typedef struct ferry_cache_node {
@@ -129,7 +144,10 @@ typedef struct ferry_slot {
   size_t length, elem_size, bytes;
   size_t class_bytes; /* the cache class mem came from; 0 when not cacheable */
   uint64_t serial;    /* "buffer 7" in messages: the 7th buffer made */
-  bool zero_copy;     /* made by alloc_zero_copy or alloc_host_ptr */
+  /* Made by alloc_zero_copy or alloc_host_ptr: a transfer from or to its own array
+   * synchronises instead of copying. Whether it IS the array (no transfer needed,
+   * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
+  bool over_host_array;
 } ferry_slot;
 
 ferry_status ferry__handles_init(void);

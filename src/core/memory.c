@@ -10,8 +10,6 @@
  */
 #include "internal.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,33 +20,12 @@ void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
   atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
 }
 
-bool ferry__env_bytes(const char *name, uint64_t *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  int shift = 0;
-  switch (toupper((unsigned char)*end)) {
-  case 'K': shift = 10; break;
-  case 'M': shift = 20; break;
-  case 'G': shift = 30; break;
-  case 'T': shift = 40; break;
-  case '\0': break;
-  default: return false;
-  }
-  if (shift && v > (UINT64_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
-}
-
 ferry_status ferry__device_state_init(ferry_device *dev) {
   struct ferry_device_state *s = calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
   pthread_mutex_init(&s->cache_lock, NULL);
   uint64_t limit;
-  if (!ferry__env_bytes("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
+  if (!ferry__option_number("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
   dev->state = s;
   return FERRY_OK;

@@ -34,7 +34,7 @@ static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int ready; /* 1 once initialised, back to 0 at shutdown */
 
 static const ferry_backend *extra_backends[EXTRA_MAX];
-static size_t extra_count;
+static _Atomic size_t extra_count; /* entries are written before the count that shows them */
 
 static struct {
   backend_entry entries[BACKEND_MAX]; /* every backend, in numbering order */
@@ -53,10 +53,18 @@ ferry_status ferry__register_backend(const ferry_backend *backend) {
                      backend->name);
   else if (extra_count == EXTRA_MAX)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: at most %d extra backends", EXTRA_MAX);
-  else
-    extra_backends[extra_count++] = backend;
+  else {
+    extra_backends[extra_count] = backend;
+    atomic_fetch_add(&extra_count, 1);
+  }
   pthread_mutex_unlock(&init_lock);
   return st;
+}
+
+const ferry_backend *ferry__backend_at(size_t index) {
+  if (index < BUILTIN_COUNT) return builtin_backends[index];
+  index -= BUILTIN_COUNT;
+  return index < atomic_load(&extra_count) ? extra_backends[index] : NULL;
 }
 
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
@@ -116,56 +124,85 @@ static void device_destroy(ferry_device *dev) {
   free(dev);
 }
 
-/* Finds a backend by name among the built-in ones. */
-static const ferry_backend *builtin_named(const char *name, size_t len) {
+/* Finds a backend by name among the built-in ones; its index, or -1. */
+static int builtin_named(const char *name, size_t len) {
   for (size_t i = 0; i < BUILTIN_COUNT; i++)
-    if (strlen(builtin_backends[i]->name) == len && memcmp(builtin_backends[i]->name, name, len) == 0)
-      return builtin_backends[i];
-  return NULL;
+    if (strlen(builtin_backends[i]->name) == len && memcmp(builtin_backends[i]->name, name, len) == 0) return (int)i;
+  return -1;
 }
 
-/* Orders the entries as FERRY_BACKENDS says: the named backends enabled, in its
- * order, then the others disabled (so ferry_backend_get still lists them). */
-static ferry_status plan_backends(void) {
-  const char *env = getenv("FERRY_BACKENDS");
-  bool picked[BUILTIN_COUNT] = {false};
-  reg.entry_count = 0;
-  if (env && *env) {
-    const char *p = env;
-    while (*p) {
-      while (*p == ' ' || *p == ',')
-        p++;
-      const char *start = p;
-      while (*p && *p != ',')
-        p++;
-      const char *end = p;
-      while (end > start && end[-1] == ' ')
-        end--;
-      if (end == start) continue;
-      const ferry_backend *b = builtin_named(start, (size_t)(end - start));
-      if (!b) {
-        char known[256] = "";
-        for (size_t i = 0; i < BUILTIN_COUNT; i++) {
-          strncat(known, builtin_backends[i]->name, sizeof known - strlen(known) - 1);
-          if (i + 1 < BUILTIN_COUNT) strncat(known, ", ", sizeof known - strlen(known) - 1);
-        }
-        return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
-                           "FERRY_BACKENDS=\"%s\" names '%.*s', which this build does not have (it has: %s)", env,
-                           (int)(end - start), start, known);
-      }
-      size_t i = 0;
-      while (builtin_backends[i] != b)
-        i++;
-      if (picked[i])
-        return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "FERRY_BACKENDS=\"%s\" names '%s' twice", env, b->name);
-      picked[i] = true;
-      reg.entries[reg.entry_count++] = (backend_entry){.backend = b, .enabled = true};
-    }
+/* Calls `each` with every name of a FERRY_BACKENDS list (blanks around names and
+ * empty entries skipped) until it returns false; false then. */
+static bool for_each_name(const char *list, bool (*each)(void *ctx, const char *name, size_t len), void *ctx) {
+  for (const char *p = list; *p;) {
+    while (*p == ' ' || *p == ',')
+      p++;
+    const char *start = p;
+    while (*p && *p != ',')
+      p++;
+    const char *end = p;
+    while (end > start && end[-1] == ' ')
+      end--;
+    if (end > start && !each(ctx, start, (size_t)(end - start))) return false;
   }
-  for (size_t i = 0; i < BUILTIN_COUNT; i++)
-    if (!(env && *env) || !picked[i])
-      reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = !(env && *env)};
-  for (size_t i = 0; i < extra_count; i++)
+  return true;
+}
+
+typedef struct backends_check {
+  bool picked[BUILTIN_COUNT];
+  size_t named;
+  char *why;
+  size_t why_size;
+} backends_check;
+
+static bool check_name(void *ctx, const char *name, size_t len) {
+  backends_check *c = ctx;
+  int i = builtin_named(name, len);
+  if (i < 0) {
+    snprintf(c->why, c->why_size, "names '%.*s', which this build does not have", (int)len, name);
+    return false;
+  }
+  if (c->picked[i]) {
+    snprintf(c->why, c->why_size, "names '%s' twice", builtin_backends[i]->name);
+    return false;
+  }
+  c->picked[i] = true;
+  c->named++;
+  return true;
+}
+
+bool ferry__backends_check(const char *value, char *why, size_t why_size) {
+  backends_check c = {.why = why, .why_size = why_size};
+  if (!for_each_name(value, check_name, &c)) return false;
+  if (c.named == 0) {
+    snprintf(why, why_size, "names no backend");
+    return false;
+  }
+  return true;
+}
+
+static bool enable_name(void *ctx, const char *name, size_t len) {
+  (void)ctx;
+  int i = builtin_named(name, len);
+  if (i >= 0) reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = true};
+  return true;
+}
+
+/* Orders the entries as FERRY_BACKENDS says (checked already, by
+ * ferry__backends_check): the named backends enabled, in its order, then the
+ * others disabled (so ferry_backend_get still lists them). */
+static void plan_backends(void) {
+  const char *list = ferry__option_text("FERRY_BACKENDS");
+  reg.entry_count = 0;
+  if (list) for_each_name(list, enable_name, NULL);
+  for (size_t i = 0; i < BUILTIN_COUNT; i++) {
+    bool named = false;
+    for (size_t k = 0; k < reg.entry_count; k++)
+      named = named || reg.entries[k].backend == builtin_backends[i];
+    if (!named) reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = !list};
+  }
+  size_t extras = atomic_load(&extra_count);
+  for (size_t i = 0; i < extras; i++)
     reg.entries[reg.entry_count++] = (backend_entry){.backend = extra_backends[i], .enabled = true};
   /* Enabled backends first, so that device numbers follow the entries' order. */
   backend_entry sorted[BACKEND_MAX];
@@ -174,7 +211,6 @@ static ferry_status plan_backends(void) {
     for (size_t i = 0; i < reg.entry_count; i++)
       if (reg.entries[i].enabled == (pass == 0)) sorted[n++] = reg.entries[i];
   memcpy(reg.entries, sorted, n * sizeof sorted[0]);
-  return FERRY_OK;
 }
 
 static void probe_backend(backend_entry *e) {
@@ -209,8 +245,12 @@ ferry_status ferry__ensure_init(void) {
      * the caller's sentence is kept. */
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    st = plan_backends();
-    if (st == FERRY_OK) st = ferry__handles_init();
+    st = ferry__options_load();
+    if (st == FERRY_OK) {
+      plan_backends();
+      st = ferry__handles_init();
+      if (st != FERRY_OK) ferry__options_end();
+    }
     if (st == FERRY_OK) {
       for (size_t i = 0; i < reg.entry_count; i++)
         probe_backend(&reg.entries[i]);
@@ -227,9 +267,7 @@ ferry_status ferry_init(void) { return ferry__ensure_init(); }
 void ferry_shutdown(void) {
   pthread_mutex_lock(&init_lock);
   if (atomic_load(&ready)) {
-    const char *debug = getenv("FERRY_DEBUG");
-    bool leaks = debug && strstr(debug, "leaks");
-    ferry__handles_shutdown(leaks);
+    ferry__handles_shutdown(ferry__option_has_word("FERRY_DEBUG", "leaks"));
     for (size_t i = 0; i < reg.device_count; i++)
       ferry__engine_device_release(reg.devices[i]);
     ferry__pinned_shutdown();
@@ -244,6 +282,7 @@ void ferry_shutdown(void) {
     reg.device_count = reg.device_capacity = 0;
     reg.entry_count = 0;
     ferry__copy_threads_shutdown();
+    ferry__options_end();
     atomic_store(&ready, 0);
   }
   pthread_mutex_unlock(&init_lock);

@@ -76,7 +76,7 @@ static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t o
 /* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
  * buffer addressed through its own array)? */
 static bool own_bytes(const ferry_slot *slot, size_t offset, const void *host) {
-  return slot->zero_copy && host == (const char *)slot->host_array + offset;
+  return slot->over_host_array && host == (const char *)slot->host_array + offset;
 }
 
 static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir dir) {

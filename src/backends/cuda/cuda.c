@@ -652,8 +652,8 @@ static void unload_library(void) {
 }
 
 static ferry_status load_library(void) {
-  const char *env = getenv("FERRY_CUDA_LIBRARY");
-  snprintf(g.path, sizeof g.path, "%s", env && *env ? env : "libcuda.so.1");
+  const char *env = ferry__option_text("FERRY_CUDA_LIBRARY");
+  snprintf(g.path, sizeof g.path, "%s", env ? env : "libcuda.so.1");
   int flags = RTLD_NOW | RTLD_LOCAL;
 #ifdef RTLD_NODELETE
   flags |= RTLD_NODELETE; /* the driver keeps threads and handlers: never unmap it */
@@ -684,7 +684,7 @@ static ferry_status load_library(void) {
 }
 
 static h2d_mode mode_from_env(void) {
-  const char *env = getenv("FERRY_CUDA_H2D");
+  const char *env = ferry__option_text("FERRY_CUDA_H2D"); /* one of the names, checked at ferry_init */
   if (env)
     for (int m = 0; m < 3; m++)
       if (strcmp(env, h2d_mode_names[m]) == 0) return (h2d_mode)m;
@@ -764,8 +764,8 @@ static ferry_status cuda_probe(ferry_probe *probe) {
   if (count <= 0) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "the CUDA driver (%s) reports no devices", g.path);
   if (count > CUDA_MAX_DEVICES) count = CUDA_MAX_DEVICES;
   h2d_mode mode = mode_from_env();
-  const char *peer_env = getenv("FERRY_CUDA_PEER");
-  bool peer = !(peer_env && strcmp(peer_env, "0") == 0);
+  uint64_t peer_set;
+  bool peer = !ferry__option_number("FERRY_CUDA_PEER", &peer_set) || peer_set == 1;
   int added = 0;
   char first_failure[1024] = "";
   for (int ordinal = 0; ordinal < count; ordinal++) {
@@ -796,4 +796,25 @@ static ferry_status cuda_probe(ferry_probe *probe) {
 
 static void cuda_unload(void) { unload_library(); }
 
-const ferry_backend ferry_backend_cuda = {.name = "cuda", .probe = cuda_probe, .unload = cuda_unload};
+static const ferry_option_def cuda_options[] = {
+    {.name = "FERRY_CUDA_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = "libcuda.so.1",
+     .range = "a library name or path for dlopen",
+     .description = "the CUDA driver library to load"},
+    {.name = "FERRY_CUDA_H2D",
+     .type = FERRY_OPTION_CHOICE,
+     .words = "stream,memops,bounce",
+     .default_value = "stream",
+     .range = "stream, memops or bounce",
+     .description = "how a write from pageable memory is made complete (docs/backends/cuda.md)"},
+    {.name = "FERRY_CUDA_PEER",
+     .type = FERRY_OPTION_SWITCH,
+     .default_value = "1",
+     .range = "0 or 1",
+     .description = "0: never copy peer to peer between GPUs (copies are staged through host memory)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_cuda = {
+    .name = "cuda", .options = cuda_options, .probe = cuda_probe, .unload = cuda_unload};

@@ -537,8 +537,8 @@ static const ferry_device_ops cl_ops = {
 /* FERRY_OPENCL_PIPELINE=1 stages on every device, CPUs included, =0 on none;
  * unset: on the devices that are not CPUs. */
 static bool wants_staging(bool is_cpu) {
-  const char *env = getenv("FERRY_OPENCL_PIPELINE");
-  if (env && *env) return strcmp(env, "0") != 0;
+  uint64_t set;
+  if (ferry__option_number("FERRY_OPENCL_PIPELINE", &set)) return set == 1;
   return !is_cpu;
 }
 
@@ -760,4 +760,19 @@ static ferry_status probe_platforms(ferry_probe *probe) {
   return FERRY_OK;
 }
 
-const ferry_backend ferry_backend_opencl = {.name = "opencl", .probe = opencl_probe, .unload = opencl_unload};
+static const ferry_option_def opencl_options[] = {
+    {.name = "FERRY_OPENCL_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = "libOpenCL.so.1",
+     .range = "a library name or path for dlopen",
+     .description = "the OpenCL ICD loader to load"},
+    {.name = "FERRY_OPENCL_PIPELINE",
+     .type = FERRY_OPTION_SWITCH,
+     .range = "0 or 1",
+     .description = "1: large transfers staged through pinned host memory on every device, 0: on none (default: "
+                    "on devices that are not CPUs)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_opencl = {
+    .name = "opencl", .options = opencl_options, .probe = opencl_probe, .unload = opencl_unload};

@@ -1,6 +1,8 @@
 /* Loading the OpenCL ICD loader at run time, and the names of OpenCL's error codes. */
 #include "opencl_api.h"
 
+#include "../../core/backend.h"
+
 #include <dlfcn.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -53,8 +55,8 @@ static const entry entries[] = {
 };
 
 int ferry__opencl_load(ferry_cl_api *out, void **out_handle, char *why, size_t why_size) {
-  const char *env = getenv("FERRY_OPENCL_LIBRARY");
-  const char *path = env && *env ? env : DEFAULT_LIBRARY;
+  const char *env = ferry__option_text("FERRY_OPENCL_LIBRARY");
+  const char *path = env ? env : DEFAULT_LIBRARY;
   /* The ICD loader stays in memory after dlclose: it never unloads the vendor
    * drivers it opened (their threads outlive ferry_shutdown), and a new
    * ferry_init finds it as it was. Unmapping it would only orphan its state. */

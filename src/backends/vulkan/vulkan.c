@@ -13,7 +13,6 @@
  */
 #include "vulkan_internal.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,37 +42,20 @@ ferry_status ferry__vkb_fail(const ferry_device *dev, const char *call, VkResult
 
 static void read_options(void) {
   memset(&ferry__vkb_opts, 0, sizeof ferry__vkb_opts);
-  const char *dbg = getenv("FERRY_VULKAN_DEBUG");
-  if (dbg) {
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", dbg);
-    char *save = NULL;
-    for (char *w = strtok_r(copy, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
-      if (strcmp(w, "staging") == 0) ferry__vkb_opts.staging = true;
-      if (strcmp(w, "noncoherent") == 0) ferry__vkb_opts.noncoherent = true;
-      if (strcmp(w, "suballoc") == 0) ferry__vkb_opts.suballoc = true;
-      if (strcmp(w, "nosuballoc") == 0) ferry__vkb_opts.nosuballoc = true;
-      if (strcmp(w, "transferqueue") == 0) ferry__vkb_opts.transferqueue = true;
-      if (strcmp(w, "noshader") == 0) ferry__vkb_opts.noshader = true;
-      if (strcmp(w, "shader") == 0) ferry__vkb_opts.shader = true;
-    }
-  }
-  uint64_t v;
-  /* The copy shader's shape, for tuning on new hardware (the default is the
+  ferry__vkb_opts.staging = ferry__option_has_word("FERRY_VULKAN_DEBUG", "staging");
+  ferry__vkb_opts.noncoherent = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noncoherent");
+  ferry__vkb_opts.suballoc = ferry__option_has_word("FERRY_VULKAN_DEBUG", "suballoc");
+  ferry__vkb_opts.nosuballoc = ferry__option_has_word("FERRY_VULKAN_DEBUG", "nosuballoc");
+  ferry__vkb_opts.transferqueue = ferry__option_has_word("FERRY_VULKAN_DEBUG", "transferqueue");
+  ferry__vkb_opts.noshader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noshader");
+  ferry__vkb_opts.shader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "shader");
+  /* The values are checked against vulkan_options' ranges at ferry_init. The
+   * copy shader's shape is for tuning on new hardware (the default is the
    * fastest shape measured on the H200: docs/backends/vulkan.md). */
-  ferry__vkb_opts.copy_unroll = 1;
-  ferry__vkb_opts.copy_groups = 0;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) ferry__vkb_opts.copy_unroll = (uint32_t)v;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_GROUPS", &v) && v > 0 && v <= UINT32_MAX)
-    ferry__vkb_opts.copy_groups = (uint32_t)v;
-  ferry__vkb_opts.spin_us = -1;
-  const char *spin = getenv("FERRY_VULKAN_SPIN_US");
-  if (spin && *spin) {
-    char *end;
-    errno = 0;
-    unsigned long long us = strtoull(spin, &end, 10);
-    if (!errno && *end == '\0' && us <= 60000000ull) ferry__vkb_opts.spin_us = (long long)us;
-  }
+  uint64_t v;
+  ferry__vkb_opts.copy_unroll = ferry__option_number("FERRY_VULKAN_COPY_UNROLL", &v) ? (uint32_t)v : 1;
+  ferry__vkb_opts.copy_groups = ferry__option_number("FERRY_VULKAN_COPY_GROUPS", &v) ? (uint32_t)v : 0;
+  ferry__vkb_opts.spin_us = ferry__option_number("FERRY_VULKAN_SPIN_US", &v) ? (long long)v : -1;
 }
 
 /* ---- ops ---------------------------------------------------------------------- */
@@ -406,4 +388,43 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
   return FERRY_OK;
 }
 
-const ferry_backend ferry_backend_vulkan = {.name = "vulkan", .probe = vulkan_probe, .unload = ferry__vk_api_unload};
+static const ferry_option_def vulkan_options[] = {
+    {.name = "FERRY_VULKAN_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+#if defined(__APPLE__)
+     .default_value = "libvulkan.1.dylib",
+#else
+     .default_value = "libvulkan.so.1",
+#endif
+     .range = "a library name or path for dlopen",
+     .description = "the Vulkan loader to load"},
+    {.name = "FERRY_VULKAN_COPY_UNROLL",
+     .type = FERRY_OPTION_COUNT,
+     .min = 1,
+     .max = 16,
+     .default_value = "1",
+     .range = "1 to 16",
+     .description = "16-byte words the copy shader moves per invocation and step"},
+    {.name = "FERRY_VULKAN_COPY_GROUPS",
+     .type = FERRY_OPTION_COUNT,
+     .min = 1,
+     .max = UINT32_MAX,
+     .range = "1 to 4294967295",
+     .description = "most work groups per copy-shader dispatch (default and upper bound: the device's "
+                    "maxComputeWorkGroupCount[0])"},
+    {.name = "FERRY_VULKAN_SPIN_US",
+     .type = FERRY_OPTION_COUNT,
+     .min = 0,
+     .max = 60000000,
+     .range = "0 to 60000000 microseconds",
+     .description = "how long a wait polls its fence before it sleeps (default 2000 on GPUs, 0 on CPU devices)"},
+    {.name = "FERRY_VULKAN_DEBUG",
+     .type = FERRY_OPTION_WORDS,
+     .words = "staging,noncoherent,suballoc,nosuballoc,transferqueue,noshader,shader",
+     .range = "words separated by commas: staging, noncoherent, suballoc, nosuballoc, transferqueue, noshader, shader",
+     .description = "force paths a device would not take otherwise, for testing (docs/backends/vulkan.md)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_vulkan = {
+    .name = "vulkan", .options = vulkan_options, .probe = vulkan_probe, .unload = ferry__vk_api_unload};

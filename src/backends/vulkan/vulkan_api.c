@@ -110,8 +110,8 @@ static ferry_status unloaded(ferry_status st) {
 
 ferry_status ferry__vk_api_load(void) {
   ferry__vk_api_unload();
-  const char *env = getenv("FERRY_VULKAN_LIBRARY");
-  const char *path = env && *env ? env : default_library();
+  const char *env = ferry__option_text("FERRY_VULKAN_LIBRARY");
+  const char *path = env ? env : default_library();
   snprintf(api.library_name, sizeof api.library_name, "%s", path);
   dlerror();
   api.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
