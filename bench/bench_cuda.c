@@ -2,7 +2,7 @@
  * bench_cuda: ferry's cuda backend against the raw driver calls, on each CUDA
  * device, in one run on one set of memory (the issue-5 figures).
  *
- *   bench_cuda [--quick] [--csv FILE] [--device N] [--sweep]
+ *   bench_cuda [--quick] [--targets] [--csv FILE] [--device N] [--sweep]
  *
  * Each figure is the median of repeats (9; 5 for 1 GiB transfers; 3 with
  * --quick; ferry's and the raw call's repeats alternate, each after one untimed
@@ -21,7 +21,8 @@
  *    cuCtxSynchronize; target: at most 1.05x), d2h vs cuMemcpyDtoH (at most
  *    1.1x), and, for information, each FERRY_CUDA_H2D way;
  *  - a bandwidth table from 4 KiB to 1 GiB (powers of 4) for every path.
- * --quick uses sizes up to 4 MiB (for the fake driver in CI). --sweep adds the
+ * --quick uses sizes up to 4 MiB (for the fake driver in CI); --targets stops
+ * after the rows with targets (no table, no FERRY_CUDA_H2D ways). --sweep adds the
  * core's staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS
  * settings. The results go to stdout as a table, and with --csv to FILE, one
  * line per row.
@@ -38,7 +39,7 @@
 
 #define MAX_SAMPLES 64
 
-static bool quick, sweep;
+static bool quick, sweep, targets_only;
 static FILE *csv;
 static const ferry_cuda_api *api;
 static const raw_ops *raw_calls;
@@ -352,9 +353,9 @@ static void bench_device(ferry_device *dev) {
               "cuMemcpyHtoD, plain cuMemAlloc buffer", NO_TARGET, 0, small_iters);
 
   /* The bandwidth table: every path, 4 KiB to the big size, powers of 4. */
-  printf("\nbandwidth by size (ferry vs the raw call in the same run)\n");
-  print_header();
-  for (size_t size = 4096; size <= big; size *= 4) {
+  if (!targets_only) printf("\nbandwidth by size (ferry vs the raw call in the same run)\n");
+  if (!targets_only) print_header();
+  for (size_t size = 4096; size <= big && !targets_only; size *= 4) {
     bandwidth_row("table: h2d from malloc'd memory", JOB(FERRY_WRITE, pageable_src, size),
                   JOB(RAW_H2D, pageable_src, size), "cuMemcpyHtoD from the same memory", NO_TARGET, 0);
     bandwidth_row("table: d2h to malloc'd memory", JOB(FERRY_READ, pageable_dst, size),
@@ -503,8 +504,10 @@ int main(int argc, char **argv) {
       only = strtol(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--sweep") == 0)
       sweep = true;
+    else if (strcmp(argv[i], "--targets") == 0)
+      targets_only = true;
     else {
-      fprintf(stderr, "usage: bench_cuda [--quick] [--csv FILE] [--device N] [--sweep]\n");
+      fprintf(stderr, "usage: bench_cuda [--quick] [--targets] [--csv FILE] [--device N] [--sweep]\n");
       return 2;
     }
   }
@@ -542,7 +545,7 @@ int main(int argc, char **argv) {
     bench_device(dev);
     if (first == (size_t)-1) first = cuda.first_device + d;
   }
-  if (first != (size_t)-1) h2d_modes(first);
+  if (first != (size_t)-1 && !targets_only) h2d_modes(first);
   if (first != (size_t)-1 && sweep) pipeline_sweep(first);
   ferry_shutdown();
   printf("\n%d target(s) missed; %.1f s\n", failed_targets, bench_seconds() - t0);

@@ -11,26 +11,33 @@
  *   dma_fixed, dma_rate    a DMA between the ring and the device, start to wait,
  *                          fitted the same way
  *
+ *   dma_issue              the time dma_start takes to return
+ *
  * A pipeline of k pieces of p bytes then takes about
- *     copy(p) + dma(p) + (k - 1) * max(copy(p), dma_queued(p))
- * where copy(p) = copy_fixed + p / copy_rate, dma(p) = dma_fixed + p / dma_rate
- * and dma_queued(p) = dma_fixed / 4 + p / dma_rate (a DMA queued behind another
- * hides most of its start-up); the driver's call takes n / direct_rate. The
- * piece is the power of two from 64 KiB to a quarter of the ring with the least
- * estimate, and the ring is taken when its estimate beats the driver's call.
+ *     copy(p) + dma(p) + (k - 1) * max(copy(p) + dma_issue, p / dma_rate + dma_issue)
+ * where copy(p) = copy_fixed + p / copy_rate and dma(p) = dma_fixed + p /
+ * dma_rate: the first piece's copy and DMA in full, then, for each further
+ * piece, whichever of the engine's thread (a host copy and a start) and the
+ * device (the DMA itself, queued behind the one before, its start-up hidden) is
+ * slower. The driver's call takes n / direct_rate. The piece is the power of
+ * two from 256 KiB to a quarter of the ring with the least estimate, and the
+ * ring is taken when its estimate beats the driver's call.
  *
  * Before the figures exist, and for transfers under 64 KiB, the driver's call.
  * Devices that do not stage (CPUs) always take the driver's call.
  *
  * Overrides: FERRY_STAGE_MIN (pageable transfers of at least this many bytes
  * are staged, smaller ones are not; 0: none is) and FERRY_STAGE_BYTES (the
- * piece size); with both set nothing is measured.
+ * piece size); with both set nothing is measured. FERRY_DEBUG=engine prints
+ * the figures and the plan they give once measured.
  */
 #include "internal.h"
 
+#include <stdio.h>
+
 #define SMALL       ((size_t)64 << 10) /* below: the driver's call */
 #define MEASURE_MIN ((size_t)2 << 20)  /* the first transfer this large measures the device */
-#define PIECE_MIN   ((size_t)64 << 10)
+#define PIECE_MIN   ((size_t)256 << 10) /* below, the copy threads gain little */
 #define RING_PIECES 4                  /* a piece is at most a quarter of the ring */
 #define RING_BYTES  ((size_t)64 << 20) /* engine.c's ring */
 
@@ -54,8 +61,8 @@ double ferry__engine_estimate(const ferry_figures *f, size_t bytes, size_t piece
   double k = (double)((bytes + piece - 1) / piece);
   double copy = f->copy_fixed + p / f->copy_rate;
   double dma = f->dma_fixed + p / f->dma_rate;
-  double queued = f->dma_fixed / 4 + p / f->dma_rate;
-  return copy + dma + (k - 1) * (copy > queued ? copy : queued);
+  double host_step = copy + f->dma_issue, device_step = p / f->dma_rate + f->dma_issue;
+  return copy + dma + (k - 1) * (host_step > device_step ? host_step : device_step);
 }
 
 /* The piece with the least estimate, and that estimate. */
@@ -107,4 +114,46 @@ ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t n) {
   if (!e->piece_override) plan.piece = piece;
   plan.direct = f->direct_rate > 0 && (double)n / f->direct_rate <= staged_time;
   return plan;
+}
+
+/* "4 MiB in pieces of 1 MiB", or "... by the driver's call". */
+static const char *short_size(size_t n, char buf[32]) {
+  if (n >= ((size_t)1 << 30) && n % ((size_t)1 << 30) == 0)
+    snprintf(buf, 32, "%zuG", n >> 30);
+  else if (n >= ((size_t)1 << 20) && n % ((size_t)1 << 20) == 0)
+    snprintf(buf, 32, "%zuM", n >> 20);
+  else
+    snprintf(buf, 32, "%zuK", n >> 10);
+  return buf;
+}
+
+/* "4M: pieces of 1M", or "4M: direct". */
+static int plan_text(ferry_device *dev, ferry_dma_dir dir, size_t n, char *buf, size_t size) {
+  ferry_plan p = ferry__engine_plan(dev, dir, n);
+  char a[32], b[32];
+  if (p.direct) return snprintf(buf, size, "%s: direct", short_size(n, a));
+  return snprintf(buf, size, "%s: pieces of %s", short_size(n, a), short_size(p.piece, b));
+}
+
+void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir) {
+  const ferry_figures *f = &dev->state->engine.figures[dir];
+  char plans[1024];
+  size_t used = 0;
+  const size_t sizes[] = {(size_t)256 << 10, (size_t)1 << 20, (size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20,
+                          (size_t)1 << 30};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && used < sizeof plans; i++) {
+    int w = plan_text(dev, dir, sizes[i], plans + used, sizeof plans - used);
+    if (w < 0) break;
+    used += (size_t)w;
+    if (used + 2 < sizeof plans && i + 1 < sizeof sizes / sizeof sizes[0]) {
+      plans[used++] = ';';
+      plans[used++] = ' ';
+      plans[used] = '\0';
+    }
+  }
+  fprintf(stderr,
+          "ferry: engine: %s, %s: the driver's call %.2f GB/s; host copy %.1f us + %.2f GB/s; DMA %.1f us + %.2f "
+          "GB/s, its start %.1f us. Plan: %s\n",
+          dev->label, dir == FERRY_DMA_TO_DEVICE ? "to the device" : "to the host", f->direct_rate / 1e9,
+          f->copy_fixed * 1e6, f->copy_rate / 1e9, f->dma_fixed * 1e6, f->dma_rate / 1e9, f->dma_issue * 1e6, plans);
 }

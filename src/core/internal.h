@@ -53,6 +53,7 @@ typedef struct ferry_figures {
   double direct_rate;           /* the driver's own transfer from or to pageable memory (0: none) */
   double copy_fixed, copy_rate; /* a host copy on the copy threads, into or out of pinned memory */
   double dma_fixed, dma_rate;   /* a DMA between pinned memory and the device, start to wait */
+  double dma_issue;             /* the time dma_start takes to return: the engine thread is busy for it */
 } ferry_figures;
 
 /* A device's transfer engine (engine.c): its staging ring and figures. */
@@ -120,6 +121,8 @@ typedef struct ferry_plan {
 /* engine_plan.c: the choice of path and piece size, from the device's figures
  * or the FERRY_STAGE_* overrides. */
 ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t bytes);
+/* Prints the device's figures for `dir` and the plans they give (FERRY_DEBUG=engine). */
+void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir);
 /* Estimated seconds for `bytes` through the ring in pieces of `piece` (the model). */
 double ferry__engine_estimate(const ferry_figures *f, size_t bytes, size_t piece);
 

@@ -31,9 +31,10 @@ static const ferry_option_def core_options[] = {
      .check = ferry__backends_check},
     {.name = "FERRY_DEBUG",
      .type = FERRY_OPTION_WORDS,
-     .words = "leaks",
-     .range = "the word leaks",
-     .description = "leaks: ferry_shutdown() lists every buffer still live on stderr"},
+     .words = "leaks,engine",
+     .range = "the words leaks and engine",
+     .description = "leaks: ferry_shutdown() lists every buffer still live on stderr; engine: the transfer engine "
+                    "prints each device's measured figures and its plan on stderr"},
     {.name = "FERRY_CACHE_LIMIT",
      .type = FERRY_OPTION_BYTES,
      .min = 0,
