@@ -23,8 +23,8 @@
  *  - a bandwidth table from 4 KiB to 1 GiB (powers of 4) for every path.
  * --quick uses sizes up to 4 MiB (for the fake driver in CI); --targets stops
  * after the rows with targets (no table, no FERRY_CUDA_H2D ways). --sweep adds the
- * core's staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS
- * settings. The results go to stdout as a table, and with --csv to FILE, one
+ * engine's staging at 4, 16 and 64 MiB under forced piece sizes and copy-thread
+ * counts. The results go to stdout as a table, and with --csv to FILE, one
  * line per row.
  */
 #include "backends/cuda/cuda_api.h"
@@ -438,19 +438,29 @@ static void h2d_modes(size_t index) {
   }
 }
 
-/* --sweep: the core's staging pipeline under other slot sizes and copy-thread
- * counts (FERRY_STAGE_BYTES, FERRY_COPY_THREADS), for tuning its defaults. */
+/* --sweep: the engine's staging under forced piece sizes and copy-thread counts
+ * (FERRY_STAGE_BYTES with FERRY_STAGE_MIN=64K, FERRY_COPY_THREADS), and under
+ * its own plan with other thread counts, at 4, 16 and 64 MiB: for checking the
+ * plan the measured figures give against what each setting moves. */
 static void pipeline_sweep(size_t index) {
-  static const char *const slots[] = {"2M", "4M", "8M", "16M"};
-  static const char *const threads[] = {"4", "8", "16"};
-  size_t big = quick ? ((size_t)16 << 20) : ((size_t)1 << 30);
+  static const char *const pieces[] = {"", "256K", "512K", "1M", "2M", "4M", "8M", "16M"};
+  static const char *const threads[] = {"4", "8", "12", "16"};
+  size_t big = quick ? ((size_t)16 << 20) : ((size_t)64 << 20);
   unsigned char *src = must_malloc(big), *dst = must_malloc(big);
-  printf("\nthe staging pipeline by FERRY_STAGE_BYTES and FERRY_COPY_THREADS (device %zu)\n", index);
+  void *pinned = NULL;
+  printf("\nthe engine by FERRY_STAGE_BYTES and FERRY_COPY_THREADS (device %zu; pieces \"plan\": the engine's own)\n",
+         index);
   print_header();
-  for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+  for (size_t pi = 0; pi < sizeof pieces / sizeof pieces[0]; pi++) {
     for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
       ferry_shutdown();
-      setenv("FERRY_STAGE_BYTES", slots[si], 1);
+      if (pieces[pi][0]) {
+        setenv("FERRY_STAGE_BYTES", pieces[pi], 1);
+        setenv("FERRY_STAGE_MIN", "64K", 1);
+      } else {
+        unsetenv("FERRY_STAGE_BYTES");
+        unsetenv("FERRY_STAGE_MIN");
+      }
       setenv("FERRY_COPY_THREADS", threads[ti], 1);
       ferry_device *dev;
       if (ferry_init() != FERRY_OK || ferry_device_get(index, &dev) != FERRY_OK)
@@ -463,29 +473,36 @@ static void pipeline_sweep(size_t index) {
       char why[256];
       raw_baseline *raw = raw_calls->open(dev, why);
       if (!raw) die("raw baseline: %s", why);
+      pinned = raw_calls->host_alloc(raw, big);
+      if (!pinned) die("cuMemAllocHost of %zu bytes failed", big);
       ferry_buffer a;
       if (ferry_alloc(dev, big, FERRY_UINT8, &a) != FERRY_OK) die("ferry_alloc: %s", ferry_last_error());
-      const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, big};
-      for (size_t z = 0; z < 3; z++) {
-        if (sizes[z] > big || (z < 2 && sizes[z] == big)) continue;
+      if (ferry_write(a, 0, src, big) != FERRY_OK) die("ferry_write: %s", ferry_last_error()); /* measures */
+      const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20};
+      for (size_t z = 0; z < 3 && sizes[z] <= big; z++) {
         char name[96];
-        snprintf(name, sizeof name, "sweep slots=%s threads=%s: h2d", slots[si], threads[ti]);
+        snprintf(name, sizeof name, "sweep pieces=%s threads=%s: h2d", pieces[pi][0] ? pieces[pi] : "plan",
+                 threads[ti]);
         job f = {.kind = FERRY_WRITE, .dev = dev, .raw = raw, .a = a, .host = src, .bytes = sizes[z]};
         job r = f;
         r.kind = RAW_H2D;
-        bandwidth_row(name, f, r, "cuMemcpyHtoD from the same memory", NO_TARGET, 0);
-        snprintf(name, sizeof name, "sweep slots=%s threads=%s: d2h", slots[si], threads[ti]);
+        r.host = pinned;
+        bandwidth_row(name, f, r, "cuMemcpyHtoD from cuMemAllocHost memory", NO_TARGET, 0);
+        snprintf(name, sizeof name, "sweep pieces=%s threads=%s: d2h", pieces[pi][0] ? pieces[pi] : "plan",
+                 threads[ti]);
         f.kind = FERRY_READ;
-        f.host = r.host = dst;
+        f.host = dst;
         r.kind = RAW_D2H;
-        bandwidth_row(name, f, r, "cuMemcpyDtoH to the same memory", NO_TARGET, 0);
+        bandwidth_row(name, f, r, "cuMemcpyDtoH to cuMemAllocHost memory", NO_TARGET, 0);
       }
       ferry_free(a);
+      raw_calls->host_free(raw, pinned);
       raw_calls->close(raw);
     }
   }
   ferry_shutdown();
   unsetenv("FERRY_STAGE_BYTES");
+  unsetenv("FERRY_STAGE_MIN");
   unsetenv("FERRY_COPY_THREADS");
   free(src);
   free(dst);

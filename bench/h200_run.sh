@@ -7,7 +7,7 @@
 # BASE, if given, is another source tree (the code before a change, with this
 # tree's bench/ programs copied in): its benchmarks run in the same session, for
 # before-and-after figures on one machine. PHASES (comma-separated; default all)
-# picks: ctest, cuda, opencl, vulkan, cross, table, base.
+# picks: ctest, cuda, table, sweep, opencl, vulkan, cross, base.
 set -u
 OUT=${OUT:-$PWD/out}
 PHASES=${PHASES:-ctest,cuda,opencl,vulkan,cross,table,base}
@@ -51,6 +51,7 @@ fi
 
 cuda_args=--targets
 want table && cuda_args=
+want sweep && cuda_args="$cuda_args --sweep"
 if want cuda; then
   stamp "bench_cuda $cuda_args (FERRY_DEBUG=engine)"
   FERRY_DEBUG=engine build/bench/bench_cuda $cuda_args --csv "$OUT/bench_cuda.csv"

@@ -39,15 +39,29 @@ static _Atomic uint64_t host_copied;
 
 uint64_t ferry__engine_host_copied(void) { return atomic_load(&host_copied); }
 
-static void host_copy(void *dst, const void *src, size_t n) {
-  ferry__parallel_memcpy(dst, src, n);
-  atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
-}
-
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* FERRY_DEBUG=engine: where the time of the first staged transfers of a device
+ * goes (this thread's host copies, DMA starts and waits). */
+static _Thread_local struct {
+  bool on;
+  double copy, start, wait;
+} spent;
+
+#define SPENT(field, call)                                                                                             \
+  do {                                                                                                                 \
+    double t0_ = spent.on ? now_s() : 0;                                                                               \
+    call;                                                                                                              \
+    if (spent.on) spent.field += now_s() - t0_;                                                                        \
+  } while (0)
+
+static void host_copy(void *dst, const void *src, size_t n) {
+  SPENT(copy, ferry__parallel_memcpy(dst, src, n));
+  atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
 }
 
 /* ---- per device ----------------------------------------------------------------- */
@@ -143,7 +157,8 @@ static ferry_status side_start(const side *s, ferry_dma_dir dir, size_t at, char
   ferry_pinned p = {
       .host = host, .token = s->ring.token, .offset = s->ring.offset + (size_t)(host - (char *)s->ring.host)};
   ferry_ticket t = 0;
-  ferry_status st = dev->ops->dma_start(dev, dir, s->mem, s->offset + at, &p, n, &t);
+  ferry_status st;
+  SPENT(start, st = dev->ops->dma_start(dev, dir, s->mem, s->offset + at, &p, n, &t));
   if (st == FERRY_OK) *sl = (slot){.dev = dev, .ticket = t};
   return st;
 }
@@ -152,7 +167,9 @@ static ferry_status slot_wait(slot *sl) {
   ferry_device *dev = sl->dev;
   if (!dev) return FERRY_OK;
   sl->dev = NULL;
-  return dev->ops->dma_wait(dev, sl->ticket);
+  ferry_status st;
+  SPENT(wait, st = dev->ops->dma_wait(dev, sl->ticket));
+  return st;
 }
 
 /* Waits for every slot in flight; the first failure (`st`, or a wait's) and its sentence win. */
@@ -388,10 +405,25 @@ static ferry_status staged(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem,
     }
     if (plan.piece > e->ring_bytes / 2) plan.piece = e->ring_bytes / 2; /* a smaller ring than asked */
     if (st == FERRY_OK && !direct) {
+      bool report = e->reports < 4 && atomic_load(&e->measured[dir]) && ferry__option_has_word("FERRY_DEBUG", "engine");
+      spent.on = report;
+      spent.copy = spent.start = spent.wait = 0;
+      double t0 = report ? now_s() : 0;
       ferry__copy_threads_hold();
       st = dir == FERRY_DMA_TO_DEVICE ? pipe_write(e->ring, e->ring_bytes, &s, host, n, plan.piece)
                                       : pipe_read(e->ring, e->ring_bytes, &s, host, n, plan.piece);
       ferry__copy_threads_release();
+      if (report) {
+        double t = now_s() - t0;
+        e->reports++;
+        fprintf(stderr,
+                "ferry: engine: %s: %zu bytes %s in pieces of %zu: %.1f us (estimate %.1f): host copies %.1f, DMA "
+                "starts %.1f, waits %.1f, the rest %.1f\n",
+                dev->label, n, dir == FERRY_DMA_TO_DEVICE ? "to the device" : "to the host", plan.piece, t * 1e6,
+                ferry__engine_estimate(&e->figures[dir], n, plan.piece) * 1e6, spent.copy * 1e6, spent.start * 1e6,
+                spent.wait * 1e6, (t - spent.copy - spent.start - spent.wait) * 1e6);
+      }
+      spent.on = false;
     }
   }
   pthread_mutex_unlock(&e->lock);

@@ -67,6 +67,7 @@ struct ferry_engine {
   bool min_set;
   ferry_figures figures[2]; /* per ferry_dma_dir: written once under lock, then `measured` set */
   _Atomic bool measured[2];
+  unsigned reports; /* staged transfers described under FERRY_DEBUG=engine */
 };
 
 struct ferry_device_state {
