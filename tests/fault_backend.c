@@ -25,16 +25,22 @@ static const char *const op_names[OP_COUNT] = {[OP_ALLOC] = "alloc",
 
 fault_state fault;
 
+/* The engine calls DMA operations from its copy threads too. */
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Fails `op` once with `st` if so armed. */
 static ferry_status maybe_fail(ferry_device *dev, fault_op op) {
+  pthread_mutex_lock(&fault_lock);
   fault.calls[op]++;
   ferry_status st = fault.fail_with[op];
-  if (st == FERRY_OK) return FERRY_OK;
-  if (fault.fail_after[op] > 0) {
+  if (st != FERRY_OK && fault.fail_after[op] > 0) {
     fault.fail_after[op]--;
-    return FERRY_OK;
+    st = FERRY_OK;
+  } else if (st != FERRY_OK) {
+    fault.fail_with[op] = FERRY_OK;
   }
-  fault.fail_with[op] = FERRY_OK;
+  pthread_mutex_unlock(&fault_lock);
+  if (st == FERRY_OK) return FERRY_OK;
   return ferry__fail(st, "FAULT_DRIVER_ERROR (-99) injected into %s on %s", op_names[op], dev->label);
 }
 

@@ -307,6 +307,9 @@ static void pipelined_transfers(void) {
 int main(void) {
   setenv("FERRY_STAGE_BYTES", "1M", 1);
   setenv("FERRY_STAGE_MIN", "64K", 1);
+  /* Copy threads whatever the machine: staged transfers stream over them
+   * (conformance.pipeline runs the engine's one-thread loop). */
+  setenv("FERRY_COPY_THREADS", "3", 1);
   CHECK_OK(ferry__register_backend(&fault_backend));
   CHECK_OK(ferry__register_backend(&broken_backend));
   CHECK_OK(ferry_init());

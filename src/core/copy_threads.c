@@ -3,13 +3,13 @@
  * one core's memcpy reaches only part of what the memory system moves (a third
  * on the H200's host; docs/PERFORMANCE.md).
  *
- * A copy is a job of equal chunks that the caller and the workers take in turn
- * (an atomic counter), so that a descheduled thread holds the copy up by one
- * chunk, not by its share. Between jobs a worker spins for a short while before
- * it sleeps: the staging pipeline hands out a job per piece, often every few
- * tens of microseconds, and waking a sleeping thread costs about as much as
- * copying a small piece. While a pipeline runs it holds the workers awake
- * (ferry__copy_threads_hold).
+ * A job is a run of tasks (a copy's chunks; the engine's pipeline, chunk by
+ * chunk over a whole transfer) that the workers, and the caller if it likes,
+ * take in order from an atomic counter, so that a descheduled thread holds the
+ * job up by one task, not by its share. Between jobs a worker spins for a short
+ * while before it sleeps (waking a sleeping thread costs tens of microseconds,
+ * as much as copying a megabyte), and while the engine runs a transfer it holds
+ * the workers awake (ferry__copy_threads_hold).
  *
  * FERRY_COPY_THREADS sets the number of threads (the caller's included);
  * default: the processors online, at most 16, and none besides the caller on
@@ -24,16 +24,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* One copy in progress. It lives on the caller's stack; a worker reaches it
- * only between raising `active` and lowering it again, and the caller clears
- * `job` and then waits for `active` to fall to zero before returning. */
-typedef struct copy_job {
-  char *dst;
-  const char *src;
-  size_t n, chunk, chunks;
-  _Atomic size_t next;
-} copy_job;
-
 static struct {
   pthread_mutex_t lock; /* start, stop, and sleeping workers' condition */
   pthread_cond_t wake;
@@ -42,7 +32,7 @@ static struct {
   int nthreads; /* workers started, besides the caller */
   bool started;
   _Atomic bool stop;
-  _Atomic(copy_job *) job;
+  _Atomic(ferry_copy_job *) job;
   _Atomic uint64_t generation; /* counts jobs, so that a worker joins each one once */
   _Atomic int active;          /* workers inside a job */
   _Atomic int sleeping;        /* workers waiting on `wake` */
@@ -73,13 +63,10 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static void copy_chunks(copy_job *job) {
+static void take_tasks(ferry_copy_job *job) {
   size_t i;
-  while ((i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->chunks) {
-    size_t off = i * job->chunk;
-    size_t len = job->n - off < job->chunk ? job->n - off : job->chunk;
-    memcpy(job->dst + off, job->src + off, len);
-  }
+  while ((i = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed)) < job->count)
+    job->task(job->ctx, i);
 }
 
 /* Waits for a job newer than `seen`; false when the pool stops. */
@@ -89,7 +76,8 @@ static bool await_job(uint64_t seen) {
     if (atomic_load(&pool.stop)) return false;
     if (atomic_load(&pool.generation) != seen) return true;
     if ((spins & 255) == 255) {
-      if (atomic_load(&pool.holders) == 0 && now_ns() - start > SPIN_NS) break;
+      uint64_t t = now_ns(), last = atomic_load(&pool.last_job_ns);
+      if (atomic_load(&pool.holders) == 0 && t - start > SPIN_NS && t - last > SPIN_NS) break;
       sched_yield(); /* let whatever else wants this processor have it now and then */
     }
     cpu_relax();
@@ -108,9 +96,9 @@ static void *copy_worker(void *arg) {
   uint64_t seen = 0;
   while (await_job(seen)) {
     seen = atomic_load(&pool.generation);
-    atomic_fetch_add(&pool.active, 1); /* before looking at the job: see copy_job */
-    copy_job *job = atomic_load(&pool.job);
-    if (job) copy_chunks(job);
+    atomic_fetch_add(&pool.active, 1); /* before looking at the job: see ferry__copy_threads_finish */
+    ferry_copy_job *job = atomic_load(&pool.job);
+    if (job) take_tasks(job);
     atomic_fetch_sub(&pool.active, 1);
   }
   return NULL;
@@ -146,36 +134,70 @@ static bool pool_hot(void) {
   return atomic_load(&pool.holders) > 0 || now_ns() - atomic_load(&pool.last_job_ns) < SPIN_NS / 2;
 }
 
-void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
-  if (n < PARALLEL_MIN_HOT || (n < PARALLEL_MIN_COLD && !pool_hot()) || pthread_mutex_trylock(&pool.busy) != 0) {
-    memcpy(dst, src, n);
-    return;
-  }
-  int workers = pool_workers();
-  if (workers == 0) {
+bool ferry__copy_threads_start(ferry_copy_job *job) {
+  if (pthread_mutex_trylock(&pool.busy) != 0) return false; /* another thread's job runs */
+  if (pool_workers() == 0) {
     pthread_mutex_unlock(&pool.busy);
-    memcpy(dst, src, n);
-    return;
+    return false;
   }
-  /* About four chunks per thread. */
-  size_t chunk = ((n / ((size_t)(workers + 1) * 4)) + 4095) & ~(size_t)4095;
-  if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
-  if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
-  copy_job job = {.dst = dst, .src = src, .n = n, .chunk = chunk, .chunks = (n + chunk - 1) / chunk};
-  atomic_init(&job.next, 0);
-  atomic_store(&pool.job, &job);
+  atomic_store(&job->next, 0);
+  atomic_store(&pool.job, job);
   atomic_fetch_add(&pool.generation, 1);
   if (atomic_load(&pool.sleeping) > 0) {
     pthread_mutex_lock(&pool.lock);
     pthread_cond_broadcast(&pool.wake);
     pthread_mutex_unlock(&pool.lock);
   }
-  copy_chunks(&job);
+  return true;
+}
+
+void ferry__copy_threads_help(ferry_copy_job *job) { take_tasks(job); }
+
+/* A worker reaches the job only between raising `active` and lowering it; it
+ * raises `active` before it loads `job`. So once `job` is cleared and `active`
+ * has been seen at zero, no worker can reach the job any more (both sides are
+ * sequentially consistent), and the caller's stack may go. */
+void ferry__copy_threads_finish(ferry_copy_job *job) {
+  take_tasks(job); /* whatever no worker took */
   atomic_store(&pool.job, NULL);
   while (atomic_load(&pool.active) > 0)
     cpu_relax();
   atomic_store(&pool.last_job_ns, now_ns());
   pthread_mutex_unlock(&pool.busy);
+}
+
+int ferry__copy_threads_count(void) { return pool_workers(); }
+
+typedef struct copy_chunks {
+  char *dst;
+  const char *src;
+  size_t n, chunk;
+} copy_chunks;
+
+static void copy_chunk(void *ctx, size_t i) {
+  const copy_chunks *c = ctx;
+  size_t off = i * c->chunk, len = c->n - off < c->chunk ? c->n - off : c->chunk;
+  memcpy(c->dst + off, c->src + off, len);
+}
+
+void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
+  if (n < PARALLEL_MIN_HOT || (n < PARALLEL_MIN_COLD && !pool_hot())) {
+    memcpy(dst, src, n);
+    return;
+  }
+  /* About four chunks per thread. */
+  int workers = pool_workers();
+  size_t chunk = ((n / ((size_t)(workers + 1) * 4)) + 4095) & ~(size_t)4095;
+  if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
+  if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
+  copy_chunks c = {.dst = dst, .src = src, .n = n, .chunk = chunk};
+  ferry_copy_job job = {.task = copy_chunk, .ctx = &c, .count = (n + chunk - 1) / chunk};
+  if (!ferry__copy_threads_start(&job)) {
+    memcpy(dst, src, n);
+    return;
+  }
+  ferry__copy_threads_help(&job);
+  ferry__copy_threads_finish(&job);
 }
 
 void ferry__host_move(void *dst, const void *src, size_t n) {

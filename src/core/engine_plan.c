@@ -5,23 +5,25 @@
  * device and direction (engine.c, `measure`), at the first pageable transfer of
  * 2 MiB or more on a device that stages (FERRY_CAP_STAGE):
  *
- *   direct_rate            the driver's call on 1 MiB of the transfer's bytes
+ *   direct_rate            the driver's call on up to 8 MiB of the transfer's bytes (half of it at most)
  *   copy_fixed, copy_rate  a host copy between the ring and the user's memory on
- *                          the copy threads, fitted through 256 KiB and 1 MiB
+ *                          the copy threads, fitted through a quarter of that and all of it
  *   dma_fixed, dma_rate    a DMA between the ring and the device, start to wait,
  *                          fitted the same way
  *
  *   dma_issue              the time dma_start takes to return
  *
- * A pipeline of k pieces of p bytes then takes about
- *     copy(p) + dma(p) + (k - 1) * max(copy(p) + dma_issue, p / dma_rate + dma_issue)
- * where copy(p) = copy_fixed + p / copy_rate and dma(p) = dma_fixed + p /
- * dma_rate: the first piece's copy and DMA in full, then, for each further
- * piece, whichever of the engine's thread (a host copy and a start) and the
- * device (the DMA itself, queued behind the one before, its start-up hidden) is
- * slower. The driver's call takes n / direct_rate. The piece is the power of
- * two from 256 KiB to a quarter of the ring with the least estimate, and the
- * ring is taken when its estimate beats the driver's call.
+ * With copy threads, a pipeline of k pieces of p bytes then takes about
+ *     copy_fixed + p / copy_rate + dma(p) + (k - 1) * max(p / copy_rate, p / dma_rate + dma_issue)
+ * where dma(p) = dma_fixed + p / dma_rate: the hand-off to the threads and the
+ * first piece's copy and DMA in full, then, for each further piece, whichever
+ * of the host copies (streaming over the threads) and the device (the DMA
+ * queued behind the one before, its start-up hidden, plus its start) is slower.
+ * Without copy threads the engine's thread copies and starts each piece itself:
+ * a further piece then costs copy_fixed + p / copy_rate + dma_issue on the host.
+ * The driver's call takes n / direct_rate. The piece is the power of two from
+ * 256 KiB to a quarter of the ring with the least estimate, and the ring is
+ * taken when its estimate beats the driver's call.
  *
  * Before the figures exist, and for transfers under 64 KiB, the driver's call.
  * Devices that do not stage (CPUs) always take the driver's call.
@@ -35,11 +37,11 @@
 
 #include <stdio.h>
 
-#define SMALL       ((size_t)64 << 10) /* below: the driver's call */
-#define MEASURE_MIN ((size_t)2 << 20)  /* the first transfer this large measures the device */
+#define SMALL       ((size_t)64 << 10)  /* below: the driver's call */
+#define MEASURE_MIN ((size_t)2 << 20)   /* the first transfer this large measures the device */
 #define PIECE_MIN   ((size_t)256 << 10) /* below, the copy threads gain little */
-#define RING_PIECES 4                  /* a piece is at most a quarter of the ring */
-#define RING_BYTES  ((size_t)64 << 20) /* engine.c's ring */
+#define RING_PIECES 4                   /* a piece is at most a quarter of the ring */
+#define RING_BYTES  ((size_t)64 << 20)  /* engine.c's ring */
 
 static size_t round_page(size_t n) { return (n + 4095) & ~(size_t)4095; }
 
@@ -61,7 +63,8 @@ double ferry__engine_estimate(const ferry_figures *f, size_t bytes, size_t piece
   double k = (double)((bytes + piece - 1) / piece);
   double copy = f->copy_fixed + p / f->copy_rate;
   double dma = f->dma_fixed + p / f->dma_rate;
-  double host_step = copy + f->dma_issue, device_step = p / f->dma_rate + f->dma_issue;
+  double host_step = f->streams ? p / f->copy_rate : copy + f->dma_issue;
+  double device_step = p / f->dma_rate + f->dma_issue;
   return copy + dma + (k - 1) * (host_step > device_step ? host_step : device_step);
 }
 
@@ -139,8 +142,8 @@ void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir) {
   const ferry_figures *f = &dev->state->engine.figures[dir];
   char plans[1024];
   size_t used = 0;
-  const size_t sizes[] = {(size_t)256 << 10, (size_t)1 << 20, (size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20,
-                          (size_t)1 << 30};
+  const size_t sizes[] = {(size_t)256 << 10, (size_t)1 << 20,  (size_t)4 << 20,
+                          (size_t)16 << 20,  (size_t)64 << 20, (size_t)1 << 30};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0] && used < sizeof plans; i++) {
     int w = plan_text(dev, dir, sizes[i], plans + used, sizeof plans - used);
     if (w < 0) break;

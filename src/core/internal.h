@@ -54,6 +54,7 @@ typedef struct ferry_figures {
   double copy_fixed, copy_rate; /* a host copy on the copy threads, into or out of pinned memory */
   double dma_fixed, dma_rate;   /* a DMA between pinned memory and the device, start to wait */
   double dma_issue;             /* the time dma_start takes to return: the engine thread is busy for it */
+  bool streams;                 /* the host copies stream over copy threads (engine.c, stream_run) */
 } ferry_figures;
 
 /* A device's transfer engine (engine.c): its staging ring and figures. */
@@ -201,7 +202,23 @@ bool ferry__pinned_find(ferry_device *dev, const void *ptr, size_t bytes, ferry_
 /* Releases every block (at shutdown, before the devices go). */
 void ferry__pinned_shutdown(void);
 
-/* copy_threads.c */
+/* copy_threads.c. A job: tasks 0..count-1, run(ctx, i) each, handed out in order. */
+typedef struct ferry_copy_job {
+  void (*task)(void *ctx, size_t index);
+  void *ctx;
+  size_t count;
+  _Atomic size_t next;
+} ferry_copy_job;
+/* Hands the job to the copy threads and returns at once; false when there are
+ * none, or another thread's job runs (then run it yourself). The job must stay
+ * alive until ferry__copy_threads_finish returns. */
+bool ferry__copy_threads_start(ferry_copy_job *job);
+/* The caller takes tasks of the job until none is left. */
+void ferry__copy_threads_help(ferry_copy_job *job);
+/* Runs what is left and waits until every worker has left the job. */
+void ferry__copy_threads_finish(ferry_copy_job *job);
+/* The copy threads besides the caller (starting them on first use). */
+int ferry__copy_threads_count(void);
 void ferry__copy_threads_shutdown(void);
 /* Keeps the copy threads awake (spinning) between the pieces of a pipeline. */
 void ferry__copy_threads_hold(void);
