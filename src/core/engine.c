@@ -28,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sched.h>
 #include <time.h>
 
 #define RING_BYTES   ((size_t)64 << 20)
@@ -62,6 +61,12 @@ static _Thread_local struct {
 
 static void host_copy(void *dst, const void *src, size_t n) {
   SPENT(copy, ferry__parallel_memcpy(dst, src, n));
+  atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
+}
+
+/* Into the ring, for a DMA to read: stores that bypass the caches. */
+static void host_copy_out(void *ring, const void *src, size_t n) {
+  SPENT(copy, ferry__parallel_copy_for_dma(ring, src, n));
   atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
 }
 
@@ -198,213 +203,49 @@ static size_t piece_len(size_t total, size_t piece, size_t i) {
   return total - at < piece ? total - at : piece;
 }
 
+/* The ring's slots from where the device's last staged transfer left off, so
+ * that a slot is written long after the DMA that last read it (the host's
+ * writes to a line a DMA has just read are slower). */
+static unsigned ring_first(const struct ferry_engine *e, unsigned k_count) {
+  return (unsigned)(e->ring_next % k_count);
+}
+
 /* Host -> device through the ring: the host copy of piece i overlaps the DMA of the pieces before it. */
-static ferry_status pipe_write(char *ring, size_t ring_bytes, const side *d, const char *src, size_t n, size_t piece) {
+static ferry_status pipe_write(struct ferry_engine *e, const side *d, const char *src, size_t n, size_t piece) {
   slot slots[MAX_SLOTS] = {{0}};
-  unsigned k_count = slot_count(ring_bytes, piece);
+  unsigned k_count = slot_count(e->ring_bytes, piece), first = ring_first(e, k_count);
   size_t pieces = (n + piece - 1) / piece;
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < pieces && st == FERRY_OK; i++) {
-    unsigned k = (unsigned)(i % k_count);
-    char *host = ring + (size_t)k * piece;
+    unsigned k = (unsigned)((first + i) % k_count);
+    char *host = e->ring + (size_t)k * piece;
     size_t len = piece_len(n, piece, i);
     if ((st = slot_wait(&slots[k])) != FERRY_OK) break;
-    host_copy(host, src + i * piece, len);
+    host_copy_out(host, src + i * piece, len);
     st = side_start(d, FERRY_DMA_TO_DEVICE, i * piece, host, len, &slots[k]);
   }
+  e->ring_next = first + pieces;
   return drain(slots, k_count, st);
 }
 
 /* Device -> host through the ring: the device runs up to a ring ahead of the host copies. */
-static ferry_status pipe_read(char *ring, size_t ring_bytes, const side *s, char *dst, size_t n, size_t piece) {
+static ferry_status pipe_read(struct ferry_engine *e, const side *s, char *dst, size_t n, size_t piece) {
   slot slots[MAX_SLOTS] = {{0}};
-  unsigned k_count = slot_count(ring_bytes, piece);
+  unsigned k_count = slot_count(e->ring_bytes, piece), first = ring_first(e, k_count);
   size_t pieces = (n + piece - 1) / piece, next = 0;
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < pieces && st == FERRY_OK; i++) {
     for (; next < pieces && next < i + k_count && st == FERRY_OK; next++) {
-      unsigned k = (unsigned)(next % k_count);
-      st = side_start(s, FERRY_DMA_TO_HOST, next * piece, ring + (size_t)k * piece, piece_len(n, piece, next),
+      unsigned k = (unsigned)((first + next) % k_count);
+      st = side_start(s, FERRY_DMA_TO_HOST, next * piece, e->ring + (size_t)k * piece, piece_len(n, piece, next),
                       &slots[k]);
     }
-    unsigned k = (unsigned)(i % k_count);
+    unsigned k = (unsigned)((first + i) % k_count);
     if (st != FERRY_OK || (st = slot_wait(&slots[k])) != FERRY_OK) break;
-    host_copy(dst + i * piece, ring + (size_t)k * piece, piece_len(n, piece, i));
+    host_copy(dst + i * piece, e->ring + (size_t)k * piece, piece_len(n, piece, i));
   }
+  e->ring_next = first + pieces;
   return drain(slots, k_count, st);
-}
-
-/* ---- the streaming pipeline: host copies on the copy threads ------------------------ */
-
-/* With copy threads, a staged transfer is one job of chunks over the whole
- * transfer rather than one parallel copy per piece: the threads take chunks in
- * order, and the one that copies a piece's last chunk starts that piece's DMA
- * (to the device); the other way, a piece's chunks are copied out as soon as the
- * engine's thread has seen its DMA complete. No thread waits for the others
- * between pieces, so a piece costs its copy and a DMA start, not a hand-off to
- * the threads (tens of microseconds: the hand-off is paid once per transfer).
- * The engine's thread waits for each DMA in order and frees its slot of the
- * ring for the piece a ring later. */
-typedef struct stream {
-  char *ring, *host; /* host: the user's bytes */
-  const side *s;
-  size_t n, piece, pieces, chunk, per_piece; /* per_piece: chunks of a full piece */
-  unsigned k_count;
-  _Atomic size_t ready;              /* pieces below this may be copied (their slot is free, or their DMA done) */
-  _Atomic size_t done[MAX_SLOTS];    /* chunks copied of the piece in each slot */
-  _Atomic size_t started[MAX_SLOTS]; /* 1 + the piece whose DMA the slot holds (to the device) */
-  slot slots[MAX_SLOTS];
-  _Atomic bool failed;
-  pthread_mutex_t error_lock;
-  ferry_status error; /* the first failure, and its sentence (a copy thread's own is on that thread) */
-  char error_text[1024];
-} stream;
-
-static void stream_fail(stream *t, ferry_status st) {
-  pthread_mutex_lock(&t->error_lock);
-  if (t->error == FERRY_OK) {
-    t->error = st;
-    snprintf(t->error_text, sizeof t->error_text, "%s", ferry__error_text());
-  }
-  pthread_mutex_unlock(&t->error_lock);
-  atomic_store(&t->failed, true);
-}
-
-static size_t chunks_of(const stream *t, size_t piece) {
-  size_t len = piece_len(t->n, t->piece, piece);
-  return (len + t->chunk - 1) / t->chunk;
-}
-
-/* Waits until piece p may be copied; false when the transfer failed. */
-static bool stream_ready(stream *t, size_t p) {
-  for (unsigned spins = 0; atomic_load_explicit(&t->ready, memory_order_acquire) <= p; spins++) {
-    if (atomic_load(&t->failed)) return false;
-    if ((spins & 63) == 63) sched_yield();
-  }
-  return true;
-}
-
-/* One chunk of a write: into the ring; the piece's last chunk starts its DMA. */
-static void write_chunk(void *ctx, size_t i) {
-  stream *t = ctx;
-  size_t p = i / t->per_piece, at = i * t->chunk, len = t->n - at < t->chunk ? t->n - at : t->chunk;
-  unsigned k = (unsigned)(p % t->k_count);
-  if (!stream_ready(t, p)) return;
-  char *host = t->ring + (size_t)k * t->piece + (at - p * t->piece);
-  memcpy(host, t->host + at, len);
-  if (atomic_fetch_add(&t->done[k], 1) + 1 != chunks_of(t, p)) return;
-  atomic_store(&t->done[k], 0);
-  ferry_status st = side_start(t->s, FERRY_DMA_TO_DEVICE, p * t->piece, t->ring + (size_t)k * t->piece,
-                               piece_len(t->n, t->piece, p), &t->slots[k]);
-  if (st != FERRY_OK) stream_fail(t, st);
-  atomic_store_explicit(&t->started[k], p + 1, memory_order_release);
-}
-
-/* One chunk of a read: out of the ring, once the piece's DMA is done. */
-static void read_chunk(void *ctx, size_t i) {
-  stream *t = ctx;
-  size_t p = i / t->per_piece, at = i * t->chunk, len = t->n - at < t->chunk ? t->n - at : t->chunk;
-  unsigned k = (unsigned)(p % t->k_count);
-  if (!stream_ready(t, p)) return;
-  memcpy(t->host + at, t->ring + (size_t)k * t->piece + (at - p * t->piece), len);
-  atomic_fetch_add_explicit(&t->done[k], 1, memory_order_release);
-}
-
-/* The engine's thread in a streaming write: waits for each piece's DMA in order. */
-static void stream_write_waits(stream *t) {
-  for (size_t p = 0; p < t->pieces && !atomic_load(&t->failed); p++) {
-    unsigned k = (unsigned)(p % t->k_count);
-    for (unsigned spins = 0; atomic_load_explicit(&t->started[k], memory_order_acquire) != p + 1; spins++) {
-      if (atomic_load(&t->failed)) return;
-      if ((spins & 63) == 63) sched_yield();
-    }
-    ferry_status st = slot_wait(&t->slots[k]);
-    if (st != FERRY_OK) {
-      stream_fail(t, st);
-      return;
-    }
-    atomic_store_explicit(&t->ready, p + 1 + t->k_count, memory_order_release);
-  }
-}
-
-/* The engine's thread in a streaming read: starts the DMAs a ring ahead, waits
- * for each in order, and hands the piece to the copy threads. */
-static void stream_read_waits(stream *t) {
-  size_t next = 0;
-  for (size_t p = 0; p < t->pieces && !atomic_load(&t->failed); p++) {
-    for (; next < t->pieces && next < p + t->k_count; next++) {
-      unsigned k = (unsigned)(next % t->k_count);
-      if (next >= t->k_count) { /* the slot's previous piece must be copied out first */
-        size_t need = chunks_of(t, next - t->k_count);
-        for (unsigned spins = 0; atomic_load_explicit(&t->done[k], memory_order_acquire) != need; spins++) {
-          if (atomic_load(&t->failed)) return;
-          if ((spins & 63) == 63) sched_yield();
-        }
-        atomic_store(&t->done[k], 0);
-      }
-      ferry_status st = side_start(t->s, FERRY_DMA_TO_HOST, next * t->piece, t->ring + (size_t)k * t->piece,
-                                   piece_len(t->n, t->piece, next), &t->slots[k]);
-      if (st != FERRY_OK) {
-        stream_fail(t, st);
-        return;
-      }
-    }
-    ferry_status st = slot_wait(&t->slots[(unsigned)(p % t->k_count)]);
-    if (st != FERRY_OK) {
-      stream_fail(t, st);
-      return;
-    }
-    atomic_store_explicit(&t->ready, p + 1, memory_order_release);
-  }
-}
-
-/* A staged transfer on the copy threads; false when there are none free (nothing was done). */
-static bool stream_run(char *ring, size_t ring_bytes, const side *s, ferry_dma_dir dir, char *host, size_t n,
-                       size_t piece, ferry_status *out) {
-  if (!s->dma) return false; /* pieces moved by the driver's call: the simple loop */
-  stream *t = calloc(1, sizeof *t);
-  if (!t) return false;
-  t->ring = ring;
-  t->host = host;
-  t->s = s;
-  t->n = n;
-  t->piece = piece;
-  t->pieces = (n + piece - 1) / piece;
-  t->k_count = slot_count(ring_bytes, piece);
-  t->chunk = piece / 4 < ((size_t)64 << 10) ? piece : ((piece / 4) + 4095) & ~(size_t)4095;
-  if (t->chunk > ((size_t)1 << 20)) t->chunk = (size_t)1 << 20;
-  t->per_piece = (piece + t->chunk - 1) / t->chunk;
-  t->chunk = (piece + t->per_piece - 1) / t->per_piece; /* equal chunks: piece = per_piece * chunk */
-  if (t->chunk * t->per_piece != piece) {
-    t->chunk = piece;
-    t->per_piece = 1;
-  }
-  atomic_init(&t->ready, dir == FERRY_DMA_TO_DEVICE ? t->k_count : 0);
-  pthread_mutex_init(&t->error_lock, NULL);
-  size_t chunks = 0;
-  for (size_t p = 0; p < t->pieces; p++)
-    chunks += chunks_of(t, p);
-  /* Chunk i of the transfer is chunk i % per_piece of piece i / per_piece: only
-   * the last piece may have fewer, and it comes last. */
-  ferry_copy_job job = {.task = dir == FERRY_DMA_TO_DEVICE ? write_chunk : read_chunk, .ctx = t, .count = chunks};
-  if (!ferry__copy_threads_start(&job)) {
-    pthread_mutex_destroy(&t->error_lock);
-    free(t);
-    return false;
-  }
-  if (dir == FERRY_DMA_TO_DEVICE)
-    stream_write_waits(t);
-  else
-    stream_read_waits(t);
-  ferry__copy_threads_finish(&job);
-  /* Every DMA started is waited for once, also after a failure. */
-  ferry_status st = drain(t->slots, t->k_count, t->error);
-  if (t->error != FERRY_OK) st = ferry__fail(t->error, "%s", t->error_text);
-  if (st == FERRY_OK) atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
-  pthread_mutex_destroy(&t->error_lock);
-  free(t);
-  *out = st;
-  return true;
 }
 
 /* Device A -> device B through the ring, no host copy: A reads up to a ring
@@ -472,7 +313,7 @@ static ferry_status time_direct(void *p, size_t n) {
 static ferry_status time_copy(void *p, size_t n) {
   measure_ctx *c = p;
   if (c->dir == FERRY_DMA_TO_DEVICE)
-    ferry__parallel_memcpy(c->ring, c->user, n);
+    ferry__parallel_copy_for_dma(c->ring, c->user, n);
   else
     ferry__parallel_memcpy(c->user, c->ring, n);
   return FERRY_OK;
@@ -505,7 +346,7 @@ static ferry_status measure(struct ferry_engine *e, const side *s, ferry_dma_dir
   if (large > e->ring_bytes) large = e->ring_bytes;
   size_t small = large / 4;
   measure_ctx c = {.s = s, .dir = dir, .ring = e->ring, .user = user};
-  ferry_figures f = {.measured = true, .streams = s->dma && ferry__copy_threads_count() > 0};
+  ferry_figures f = {.measured = true};
   double t_small = 0, t_large = 0;
   ferry_status st = FERRY_OK;
   ferry__copy_threads_hold();
@@ -584,9 +425,7 @@ static ferry_status staged(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem,
       spent.copy = spent.start = spent.wait = 0;
       double t0 = report ? now_s() : 0;
       ferry__copy_threads_hold();
-      if (!stream_run(e->ring, e->ring_bytes, &s, dir, host, n, plan.piece, &st))
-        st = dir == FERRY_DMA_TO_DEVICE ? pipe_write(e->ring, e->ring_bytes, &s, host, n, plan.piece)
-                                        : pipe_read(e->ring, e->ring_bytes, &s, host, n, plan.piece);
+      st = dir == FERRY_DMA_TO_DEVICE ? pipe_write(e, &s, host, n, plan.piece) : pipe_read(e, &s, host, n, plan.piece);
       ferry__copy_threads_release();
       if (report) {
         double t = now_s() - t0;

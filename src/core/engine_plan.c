@@ -13,17 +13,15 @@
  *
  *   dma_issue              the time dma_start takes to return
  *
- * With copy threads, a pipeline of k pieces of p bytes then takes about
- *     copy_fixed + p / copy_rate + dma(p) + (k - 1) * max(p / copy_rate, p / dma_rate + dma_issue)
- * where dma(p) = dma_fixed + p / dma_rate: the hand-off to the threads and the
- * first piece's copy and DMA in full, then, for each further piece, whichever
- * of the host copies (streaming over the threads) and the device (the DMA
- * queued behind the one before, its start-up hidden, plus its start) is slower.
- * Without copy threads the engine's thread copies and starts each piece itself:
- * a further piece then costs copy_fixed + p / copy_rate + dma_issue on the host.
- * The driver's call takes n / direct_rate. The piece is the power of two from
- * 256 KiB to a quarter of the ring with the least estimate, and the ring is
- * taken when its estimate beats the driver's call.
+ * A pipeline of k pieces of p bytes then takes about
+ *     copy(p) + dma(p) + (k - 1) * max(copy(p) + dma_issue, p / dma_rate + dma_issue)
+ * where copy(p) = copy_fixed + p / copy_rate and dma(p) = dma_fixed + p /
+ * dma_rate: the first piece's copy and DMA in full, then, for each further
+ * piece, whichever of the engine's thread (a host copy on the copy threads, and
+ * a start) and the device (the DMA itself, queued behind the one before, its
+ * start-up hidden) is slower. The driver's call takes n / direct_rate. The
+ * piece is the power of two from 256 KiB to a quarter of the ring with the least
+ * estimate, and the ring is taken when its estimate beats the driver's call.
  *
  * Before the figures exist, and for transfers under 64 KiB, the driver's call.
  * Devices that do not stage (CPUs) always take the driver's call.
@@ -63,7 +61,7 @@ double ferry__engine_estimate(const ferry_figures *f, size_t bytes, size_t piece
   double k = (double)((bytes + piece - 1) / piece);
   double copy = f->copy_fixed + p / f->copy_rate;
   double dma = f->dma_fixed + p / f->dma_rate;
-  double host_step = f->streams ? p / f->copy_rate : copy + f->dma_issue;
+  double host_step = copy + f->dma_issue;
   double device_step = p / f->dma_rate + f->dma_issue;
   return copy + dma + (k - 1) * (host_step > device_step ? host_step : device_step);
 }

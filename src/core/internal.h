@@ -54,7 +54,6 @@ typedef struct ferry_figures {
   double copy_fixed, copy_rate; /* a host copy on the copy threads, into or out of pinned memory */
   double dma_fixed, dma_rate;   /* a DMA between pinned memory and the device, start to wait */
   double dma_issue;             /* the time dma_start takes to return: the engine thread is busy for it */
-  bool streams;                 /* the host copies stream over copy threads (engine.c, stream_run) */
 } ferry_figures;
 
 /* A device's transfer engine (engine.c): its staging ring and figures. */
@@ -62,6 +61,7 @@ struct ferry_engine {
   pthread_mutex_t lock; /* held for a whole staged transfer: the ring is the device's one at a time */
   char *ring;           /* staging memory, a block of the pinned registry; NULL until first use */
   size_t ring_bytes;
+  size_t ring_next;      /* the slot after the last one the device's last staged transfer used */
   bool ring_failed;      /* no staging memory could be had: direct transfers only */
   size_t piece_override; /* FERRY_STAGE_BYTES, 0 if unset */
   size_t min_override;   /* FERRY_STAGE_MIN */
@@ -217,8 +217,10 @@ bool ferry__copy_threads_start(ferry_copy_job *job);
 void ferry__copy_threads_help(ferry_copy_job *job);
 /* Runs what is left and waits until every worker has left the job. */
 void ferry__copy_threads_finish(ferry_copy_job *job);
-/* The copy threads besides the caller (starting them on first use). */
-int ferry__copy_threads_count(void);
+/* ferry__parallel_memcpy for memory a device will read by DMA (staging): stores
+ * that bypass the caches where the processor has them, so that the copy does
+ * not first read every destination line (a third less memory traffic). */
+void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n);
 void ferry__copy_threads_shutdown(void);
 /* Keeps the copy threads awake (spinning) between the pieces of a pipeline. */
 void ferry__copy_threads_hold(void);
