@@ -279,6 +279,26 @@ static void pipelined_transfers(void) {
   CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
   fault_arm(OP_DMA_WRITE, FERRY_ERROR_BACKEND, 2);
   CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
+  /* A copy into the middle of a buffer that fails part way (the source's DMA or
+   * the destination's) writes nothing outside its range. */
+  size_t wide = n + 9000;
+  unsigned char *model = malloc(wide), *seen = malloc(wide);
+  fill_pattern(model, wide, 9);
+  ferry_buffer z = {0};
+  CHECK_OK(ferry_alloc(b, wide, FERRY_UINT8, &z));
+  for (int way = 0; way < 2; way++) {
+    CHECK_OK(ferry_write(z, 0, model, wide));
+    fault_arm(way ? OP_DMA_READ : OP_DMA_WRITE, FERRY_ERROR_BACKEND, 3);
+    CHECK_STATUS(ferry_copy(x, 0, z, 4000, n), FERRY_ERROR_BACKEND);
+    memset(seen, 0, wide);
+    CHECK_OK(ferry_read(z, 0, seen, wide));
+    CHECK_MSG(memcmp(seen, model, 4000) == 0, "bytes before the failed copy's range changed");
+    CHECK_MSG(memcmp(seen + 4000 + n, model + 4000 + n, wide - 4000 - n) == 0,
+              "bytes after the failed copy's range changed");
+  }
+  CHECK_OK(ferry_free(z));
+  free(model);
+  free(seen);
   fault.peer_unsupported = false;
   CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
   memset(back, 0, n);

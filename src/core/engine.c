@@ -64,12 +64,6 @@ static void host_copy(void *dst, const void *src, size_t n) {
   atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
 }
 
-/* Into the ring, for a DMA to read: stores that bypass the caches. */
-static void host_copy_out(void *ring, const void *src, size_t n) {
-  SPENT(copy, ferry__parallel_copy_for_dma(ring, src, n));
-  atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
-}
-
 /* ---- per device ----------------------------------------------------------------- */
 
 void ferry__engine_device_init(ferry_device *dev) {
@@ -221,7 +215,7 @@ static ferry_status pipe_write(struct ferry_engine *e, const side *d, const char
     char *host = e->ring + (size_t)k * piece;
     size_t len = piece_len(n, piece, i);
     if ((st = slot_wait(&slots[k])) != FERRY_OK) break;
-    host_copy_out(host, src + i * piece, len);
+    host_copy(host, src + i * piece, len);
     st = side_start(d, FERRY_DMA_TO_DEVICE, i * piece, host, len, &slots[k]);
   }
   e->ring_next = first + pieces;
@@ -313,7 +307,7 @@ static ferry_status time_direct(void *p, size_t n) {
 static ferry_status time_copy(void *p, size_t n) {
   measure_ctx *c = p;
   if (c->dir == FERRY_DMA_TO_DEVICE)
-    ferry__parallel_copy_for_dma(c->ring, c->user, n);
+    ferry__parallel_memcpy(c->ring, c->user, n);
   else
     ferry__parallel_memcpy(c->user, c->ring, n);
   return FERRY_OK;

@@ -217,10 +217,6 @@ bool ferry__copy_threads_start(ferry_copy_job *job);
 void ferry__copy_threads_help(ferry_copy_job *job);
 /* Runs what is left and waits until every worker has left the job. */
 void ferry__copy_threads_finish(ferry_copy_job *job);
-/* ferry__parallel_memcpy for memory a device will read by DMA (staging): stores
- * that bypass the caches where the processor has them, so that the copy does
- * not first read every destination line (a third less memory traffic). */
-void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n);
 void ferry__copy_threads_shutdown(void);
 /* Keeps the copy threads awake (spinning) between the pieces of a pipeline. */
 void ferry__copy_threads_hold(void);
