@@ -1,12 +1,11 @@
 /*
  * The copy threads: large host copies split over a small pool of threads, since
- * one core's memcpy reaches only part of what the memory system moves (a third
- * on the H200's host; docs/PERFORMANCE.md).
+ * one core's memcpy reaches only part of what the memory system moves
+ * (docs/PERFORMANCE.md).
  *
- * A job is a run of tasks (a copy's chunks; the engine's pipeline, chunk by
- * chunk over a whole transfer) that the workers, and the caller if it likes,
- * take in order from an atomic counter, so that a descheduled thread holds the
- * job up by one task, not by its share. Between jobs a worker spins for a short
+ * A job is a run of tasks (a copy's chunks) that the workers and the caller take
+ * in order from an atomic counter, so that a descheduled thread holds the job up
+ * by one task, not by its share. Between jobs a worker spins for a short
  * while before it sleeps (waking a sleeping thread costs tens of microseconds,
  * as much as copying a megabyte), and while the engine runs a transfer it holds
  * the workers awake (ferry__copy_threads_hold).
@@ -20,6 +19,9 @@
 
 #include <sched.h>
 #include <stdlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -178,9 +180,42 @@ static void copy_chunk(void *ctx, size_t i) {
   memcpy(c->dst + off, c->src + off, len);
 }
 
-void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
+/* memcpy with non-temporal stores (16-byte aligned destination), then a fence:
+ * the stores are weakly ordered, and another thread may start the DMA next. */
+static void stream_copy(char *dst, const char *src, size_t n) {
+#if defined(__SSE2__)
+  size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+  if (head > n) head = n;
+  memcpy(dst, src, head);
+  dst += head, src += head, n -= head;
+  size_t blocks = n / 64;
+  for (size_t b = 0; b < blocks; b++, dst += 64, src += 64) {
+    __m128i x0 = _mm_loadu_si128((const __m128i *)src), x1 = _mm_loadu_si128((const __m128i *)(src + 16));
+    __m128i x2 = _mm_loadu_si128((const __m128i *)(src + 32)), x3 = _mm_loadu_si128((const __m128i *)(src + 48));
+    _mm_stream_si128((__m128i *)dst, x0);
+    _mm_stream_si128((__m128i *)(dst + 16), x1);
+    _mm_stream_si128((__m128i *)(dst + 32), x2);
+    _mm_stream_si128((__m128i *)(dst + 48), x3);
+  }
+  memcpy(dst, src, n % 64);
+  _mm_sfence();
+#else
+  memcpy(dst, src, n);
+#endif
+}
+
+static void stream_chunk(void *ctx, size_t i) {
+  const copy_chunks *c = ctx;
+  size_t off = i * c->chunk, len = c->n - off < c->chunk ? c->n - off : c->chunk;
+  stream_copy(c->dst + off, c->src + off, len);
+}
+
+static void parallel_copy(void *dst, const void *src, size_t n, bool for_dma) {
   if (n < PARALLEL_MIN_HOT || (n < PARALLEL_MIN_COLD && !pool_hot())) {
-    memcpy(dst, src, n);
+    if (for_dma)
+      stream_copy(dst, src, n);
+    else
+      memcpy(dst, src, n);
     return;
   }
   /* About four chunks per thread. */
@@ -189,14 +224,19 @@ void ferry__parallel_memcpy(void *dst, const void *src, size_t n) {
   if (chunk < CHUNK_MIN) chunk = CHUNK_MIN;
   if (chunk > CHUNK_MAX) chunk = CHUNK_MAX;
   copy_chunks c = {.dst = dst, .src = src, .n = n, .chunk = chunk};
-  ferry_copy_job job = {.task = copy_chunk, .ctx = &c, .count = (n + chunk - 1) / chunk};
+  ferry_copy_job job = {.task = for_dma ? stream_chunk : copy_chunk, .ctx = &c, .count = (n + chunk - 1) / chunk};
   if (!ferry__copy_threads_start(&job)) {
-    memcpy(dst, src, n);
+    for (size_t i = 0; i < job.count; i++)
+      job.task(&c, i);
     return;
   }
   ferry__copy_threads_help(&job);
   ferry__copy_threads_finish(&job);
 }
+
+void ferry__parallel_memcpy(void *dst, const void *src, size_t n) { parallel_copy(dst, src, n, false); }
+
+void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n) { parallel_copy(dst, src, n, true); }
 
 void ferry__host_move(void *dst, const void *src, size_t n) {
   uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;

@@ -64,6 +64,11 @@ static void host_copy(void *dst, const void *src, size_t n) {
   atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
 }
 
+static void host_copy_for_dma(void *ring, const void *src, size_t n) {
+  SPENT(copy, ferry__parallel_copy_for_dma(ring, src, n));
+  atomic_fetch_add_explicit(&host_copied, n, memory_order_relaxed);
+}
+
 /* ---- per device ----------------------------------------------------------------- */
 
 void ferry__engine_device_init(ferry_device *dev) {
@@ -204,18 +209,26 @@ static unsigned ring_first(const struct ferry_engine *e, unsigned k_count) {
   return (unsigned)(e->ring_next % k_count);
 }
 
-/* Host -> device through the ring: the host copy of piece i overlaps the DMA of the pieces before it. */
+/* Host -> device through the ring: the host copy of piece i overlaps the DMA of
+ * the pieces before it. A transfer that fits the ring is copied in with stores
+ * that bypass the caches, a larger one with plain stores: on the H200 the first
+ * took 4-16 MiB writes from 0.4x to 0.7x of pinned and the second 1 GiB from 0.8x
+ * to 0.97x (docs/PERFORMANCE.md). */
 static ferry_status pipe_write(struct ferry_engine *e, const side *d, const char *src, size_t n, size_t piece) {
   slot slots[MAX_SLOTS] = {{0}};
   unsigned k_count = slot_count(e->ring_bytes, piece), first = ring_first(e, k_count);
   size_t pieces = (n + piece - 1) / piece;
+  bool bypass = d->dma && n <= e->ring_bytes;
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < pieces && st == FERRY_OK; i++) {
     unsigned k = (unsigned)((first + i) % k_count);
     char *host = e->ring + (size_t)k * piece;
     size_t len = piece_len(n, piece, i);
     if ((st = slot_wait(&slots[k])) != FERRY_OK) break;
-    host_copy(host, src + i * piece, len);
+    if (bypass)
+      host_copy_for_dma(host, src + i * piece, len);
+    else
+      host_copy(host, src + i * piece, len);
     st = side_start(d, FERRY_DMA_TO_DEVICE, i * piece, host, len, &slots[k]);
   }
   e->ring_next = first + pieces;
@@ -307,7 +320,7 @@ static ferry_status time_direct(void *p, size_t n) {
 static ferry_status time_copy(void *p, size_t n) {
   measure_ctx *c = p;
   if (c->dir == FERRY_DMA_TO_DEVICE)
-    ferry__parallel_memcpy(c->ring, c->user, n);
+    ferry__parallel_copy_for_dma(c->ring, c->user, n); /* as pipe_write copies what fits the ring */
   else
     ferry__parallel_memcpy(c->user, c->ring, n);
   return FERRY_OK;

@@ -218,6 +218,10 @@ void ferry__copy_threads_help(ferry_copy_job *job);
 /* Runs what is left and waits until every worker has left the job. */
 void ferry__copy_threads_finish(ferry_copy_job *job);
 void ferry__copy_threads_shutdown(void);
+/* ferry__parallel_memcpy into memory a device is to read by DMA: stores that
+ * bypass the caches where the processor has them (SSE2), so that the copy does
+ * not first read each destination line. */
+void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n);
 /* Keeps the copy threads awake (spinning) between the pieces of a pipeline. */
 void ferry__copy_threads_hold(void);
 void ferry__copy_threads_release(void);
