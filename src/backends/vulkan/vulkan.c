@@ -149,7 +149,8 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
 /* The queue family ferry exposes: the first that can compute (compute queues can
  * always transfer). And, with FERRY_VULKAN_DEBUG=transferqueue, the first family
  * for transfers alone: its queue then moves bytes between host and device. On
- * the H200 that was 3-5% slower than the exposed queue, so it is not the default. */
+ * the H200 that was slower than the exposed queue (docs/backends/vulkan.md), so
+ * it is not the default. */
 static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint32_t *out_transfer) {
   vkb_device *d = dev->impl;
   uint32_t n = 0;
@@ -228,9 +229,9 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   d->unified = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
   /* A thread that waits for a GPU polls its fence for up to 2 ms before it sleeps:
-   * NVIDIA's vkWaitForFences wakes 20-50 us after the fence signals (a tenth of a
-   * 1 GiB copy within an H200), polling sees it within 1-3 us. A CPU device's
-   * work runs on the host's processors, which polling would take from it. */
+   * NVIDIA's vkWaitForFences wakes long after the fence signals, polling sees it
+   * at once (docs/backends/vulkan.md, "Waiting"). A CPU device's work runs on the
+   * host's processors, which polling would take from it. */
   if (ferry__vkb_opts.spin_us >= 0)
     d->spin_ns = (uint64_t)ferry__vkb_opts.spin_us * 1000;
   else
