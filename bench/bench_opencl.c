@@ -112,22 +112,28 @@ typedef struct row_result {
 
 enum { OP_WRITE, OP_READ, OP_COPY };
 
+/* Median seconds per operation of ferry's transfer from or to `mine` and of the
+ * raw one from or to `theirs` (the same memory, or the driver's pinned memory),
+ * `iters` operations a sample, the two alternating. */
 static row_result measure(int op, ferry_device *dev, const raw_ops *raw, raw_baseline *rb, ferry_buffer a,
-                          ferry_buffer b, unsigned char *host, size_t bytes) {
+                          ferry_buffer b, unsigned char *mine, unsigned char *theirs, size_t bytes, int iters) {
   double *tf = calloc((size_t)repeats, sizeof(double)), *tr = calloc((size_t)repeats, sizeof(double));
-  ferry_array arr = ferry_array_of(host, bytes, FERRY_UINT8);
   for (int r = -1; r < repeats; r++) { /* r = -1: a warm-up of each */
     double t0 = bench_seconds();
-    ferry_status st = op == OP_WRITE  ? ferry_host_to_device(arr, a)
-                      : op == OP_READ ? ferry_device_to_host(a, arr)
-                                      : ferry_device_to_device(a, b);
+    ferry_status st = FERRY_OK;
+    for (int i = 0; i < iters && st == FERRY_OK; i++)
+      st = op == OP_WRITE  ? ferry_write(a, 0, mine, bytes)
+           : op == OP_READ ? ferry_read(a, 0, mine, bytes)
+                           : ferry_copy(a, 0, b, 0, bytes);
     /* The same end point as the raw side's clFinish (ferry's transfers are
      * complete on return already: this costs one empty clFinish). */
     if (st == FERRY_OK) st = ferry_device_synchronize(dev);
     double t1 = bench_seconds();
-    int rr = op == OP_WRITE  ? raw->h2d(rb, a, host, bytes)
-             : op == OP_READ ? raw->d2h(rb, a, host, bytes)
-                             : raw->d2d(rb, a, b, bytes);
+    int rr = 0;
+    for (int i = 0; i < iters && !rr; i++)
+      rr = op == OP_WRITE  ? raw->h2d(rb, a, theirs, bytes)
+           : op == OP_READ ? raw->d2h(rb, a, theirs, bytes)
+                           : raw->d2d(rb, a, b, bytes);
     double t2 = bench_seconds();
     if (st != FERRY_OK) fail("ferry transfer");
     if (rr) {
@@ -135,8 +141,8 @@ static row_result measure(int op, ferry_device *dev, const raw_ops *raw, raw_bas
       failures++;
     }
     if (r >= 0) {
-      tf[r] = t1 - t0;
-      tr[r] = t2 - t1;
+      tf[r] = (t1 - t0) / iters;
+      tr[r] = (t2 - t1) / iters;
     }
   }
   row_result res = {bench_median(tf, repeats), bench_median(tr, repeats)};
@@ -167,7 +173,7 @@ static bool bandwidth(ferry_device *dev, const ferry_device_info *info, const ra
     memset(sources[s].mem, 0x5a, bytes);
     for (int op = OP_WRITE; op <= OP_COPY; op++) {
       if (op == OP_COPY && s == 1) continue; /* the host memory plays no part */
-      row_result r = measure(op, dev, raw, rb, a, b, sources[s].mem, bytes);
+      row_result r = measure(op, dev, raw, rb, a, b, sources[s].mem, sources[s].mem, bytes, 1);
       double gf = (double)bytes / r.ferry_s / 1e9, gr = (double)bytes / r.raw_s / 1e9;
       char label[64];
       snprintf(label, sizeof label, "%s%s%s", op_names[op], op == OP_COPY ? "" : ", ",
@@ -186,38 +192,6 @@ static bool bandwidth(ferry_device *dev, const ferry_device_info *info, const ra
 }
 
 /* ---- 3: pageable against pinned ---------------------------------------------- */
-
-/* Median seconds of ferry's transfer from `mine` and of the raw one from `theirs`, alternating. */
-static row_result measure_apart(int op, ferry_device *dev, const raw_ops *raw, raw_baseline *rb, ferry_buffer a,
-                                unsigned char *mine, unsigned char *theirs, size_t bytes) {
-  double *tf = calloc((size_t)repeats, sizeof(double)), *tr = calloc((size_t)repeats, sizeof(double));
-  int iters = bytes >= 256 * MIB ? 1 : (int)((256 * MIB) / bytes > 32 ? 32 : (256 * MIB) / bytes);
-  for (int r = -1; r < repeats; r++) {
-    double t0 = bench_seconds();
-    ferry_status st = FERRY_OK;
-    for (int i = 0; i < iters && st == FERRY_OK; i++)
-      st = op == OP_WRITE ? ferry_write(a, 0, mine, bytes) : ferry_read(a, 0, mine, bytes);
-    double t1 = bench_seconds();
-    int rr = 0;
-    for (int i = 0; i < iters && !rr; i++)
-      rr = op == OP_WRITE ? raw->h2d(rb, a, theirs, bytes) : raw->d2h(rb, a, theirs, bytes);
-    double t2 = bench_seconds();
-    if (st != FERRY_OK) fail("ferry transfer");
-    if (rr) {
-      fprintf(stderr, "bench_opencl: the raw call failed\n");
-      failures++;
-    }
-    if (r >= 0) {
-      tf[r] = (t1 - t0) / iters;
-      tr[r] = (t2 - t1) / iters;
-    }
-  }
-  (void)dev;
-  row_result res = {bench_median(tf, repeats), bench_median(tr, repeats)};
-  free(tf);
-  free(tr);
-  return res;
-}
 
 /* Targets in the order of `sizes` below (none at 1 GiB for OpenCL). */
 static int pageable_vs_pinned(ferry_device *dev, const ferry_device_info *info, const raw_ops *raw, raw_baseline *rb,
@@ -239,7 +213,8 @@ static int pageable_vs_pinned(ferry_device *dev, const ferry_device_info *info, 
   for (size_t i = 0; i < count; i++) {
     size_t bytes = sizes[i] < big ? sizes[i] : big;
     for (int op = OP_WRITE; op <= OP_READ; op++) {
-      row_result r = measure_apart(op, dev, raw, rb, a, plain, pinned, bytes);
+      int iters = bytes >= 256 * MIB ? 1 : (int)((256 * MIB) / bytes > 32 ? 32 : (256 * MIB) / bytes);
+      row_result r = measure(op, dev, raw, rb, a, a, plain, pinned, bytes, iters);
       double gf = (double)bytes / r.ferry_s / 1e9, gr = (double)bytes / r.raw_s / 1e9, ratio = gf / gr;
       bool ok = targets[i] == 0 || ratio >= targets[i];
       if (!ok) missed++;

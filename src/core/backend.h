@@ -2,9 +2,12 @@
  * The contract between the core and a backend.
  *
  * The core validates every argument (handles, kinds, sizes, ranges, overflow),
- * owns the handle table, the device registry, statistics and the allocation
- * cache. A backend only moves bytes: it sees allocations (ferry_mem) and byte
- * ranges that are already known to be in bounds, and it never sees a handle.
+ * owns the handle table, the device registry, statistics, the allocation cache
+ * and the transfer engine (every choice of path, all staging, all pinned host
+ * memory). A backend does what only its driver can: allocate, copy within the
+ * device, its own transfer from any host memory, pin host memory and DMA
+ * between pinned memory and the device. It sees allocations (ferry_mem) and
+ * byte ranges that are already known to be in bounds, and it never sees a handle.
  *
  * Adding a backend: a folder src/backends/<name>/ with a `const ferry_backend
  * ferry_backend_<name>` and one line in src/core/backend_list.h.

@@ -435,35 +435,34 @@ ferry_status ferry__vkb_free(ferry_device *dev, ferry_mem *mem) {
 
 /* ---- buffers over the user's array ------------------------------------------------- */
 
-ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
-                                        ferry_refusal *why) {
+/* A VkBuffer of `usage` over host memory the device imports
+ * (VK_EXT_external_memory_host), mapped where the memory type is not coherent
+ * (flush and invalidate need it; the bytes are read and written through the
+ * host's own pointer). Fills *out (buffer, memory, mem_size, coherent). */
+static ferry_status import_host(ferry_device *dev, void *host, size_t bytes, VkFlags usage, vkb_pin *out) {
   vkb_device *d = dev->impl;
   char size[64];
-  *why = FERRY_REFUSAL_DRIVER;
   VkMemoryHostPointerPropertiesEXT props = {.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
   VkResult r =
       d->get_host_pointer_properties(d->device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &props);
   if (r != VK_SUCCESS)
     return ferry__vkb_fail(dev, "vkGetMemoryHostPointerPropertiesEXT", r, "for host memory at %p (%s)", host,
                            ferry__bytes_text(bytes, size));
-  vkb_buffer *a = calloc(1, sizeof *a);
-  if (!a) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a buffer on %s", dev->label);
+  vkb_pin p = {.mem_size = bytes};
   VkExternalMemoryBufferCreateInfo external = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
                                                .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .pNext = &external,
                              .size = bytes,
-                             .usage = VKB_BUFFER_USAGE,
+                             .usage = usage,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   ferry__vkb_sharing(d, &info);
-  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
-  if (r != VK_SUCCESS) {
-    free(a);
+  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &p.buffer);
+  if (r != VK_SUCCESS)
     return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s over host memory",
                            ferry__bytes_text(bytes, size));
-  }
   VkMemoryRequirements req;
-  ferry__vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, p.buffer, &req);
   vkb_type type = type_of(d, best_type(d, req.memoryTypeBits & props.memoryTypeBits, score_import));
   ferry_status st = FERRY_OK;
   if (type.index == VKB_NO_TYPE)
@@ -478,24 +477,37 @@ ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t by
   VkImportMemoryHostPointerInfoEXT import = {.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
                                              .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
                                              .pHostPointer = host};
-  if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &a->memory);
-  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, 0)) != VK_SUCCESS) {
+  if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &p.memory);
+  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, p.buffer, p.memory, 0)) != VK_SUCCESS)
     st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a buffer over host memory at %p (%s)", host,
                          ferry__bytes_text(bytes, size));
-  }
-  a->coherent = type.coherent;
+  p.coherent = type.coherent;
   char *mapping = NULL;
-  if (st == FERRY_OK && !a->coherent) {
-    /* Flush and invalidate need the memory mapped; the bytes are read and written through the user's array. */
-    st = map_memory(dev, a->memory, bytes, &mapping);
-    a->vk_mapped = st == FERRY_OK;
-  }
+  if (st == FERRY_OK && !p.coherent) st = map_memory(dev, p.memory, bytes, &mapping);
   if (st != FERRY_OK) {
-    release(d, a->memory);
-    ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+    release(d, p.memory);
+    ferry__vk()->vkDestroyBuffer(d->device, p.buffer, NULL);
+    return st;
+  }
+  *out = p;
+  return FERRY_OK;
+}
+
+ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                        ferry_refusal *why) {
+  *why = FERRY_REFUSAL_DRIVER;
+  vkb_buffer *a = calloc(1, sizeof *a);
+  if (!a) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a buffer on %s", dev->label);
+  vkb_pin p;
+  ferry_status st = import_host(dev, host, bytes, VKB_BUFFER_USAGE, &p);
+  if (st != FERRY_OK) {
     free(a);
     return st;
   }
+  a->buffer = p.buffer;
+  a->memory = p.memory;
+  a->coherent = p.coherent;
+  a->vk_mapped = !p.coherent;
   a->imported = true;
   a->map = host;
   a->bytes = bytes;
@@ -586,52 +598,13 @@ ferry_status ferry__vkb_pin_register(ferry_device *dev, void *base, size_t bytes
   if (!d->host_ptr || (uintptr_t)base % d->host_ptr_alignment || bytes % d->host_ptr_alignment)
     return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s cannot import host memory at %p (%s)", dev->label, base,
                        ferry__bytes_text(bytes, size));
-  VkMemoryHostPointerPropertiesEXT props = {.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
-  VkResult r =
-      d->get_host_pointer_properties(d->device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, base, &props);
-  if (r != VK_SUCCESS)
-    return ferry__vkb_fail(dev, "vkGetMemoryHostPointerPropertiesEXT", r, "for host memory at %p (%s)", base,
-                           ferry__bytes_text(bytes, size));
-  vkb_pin *pin = calloc(1, sizeof *pin);
+  vkb_pin *pin = malloc(sizeof *pin);
   if (!pin) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
-  VkExternalMemoryBufferCreateInfo external = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
-                                               .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
-  VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
-                             .pNext = &external,
-                             .size = bytes,
-                             .usage = VKB_STAGING_USAGE,
-                             .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
-  ferry__vkb_sharing(d, &info);
-  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &pin->buffer);
-  if (r != VK_SUCCESS) {
-    free(pin);
-    return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s over host memory",
-                           ferry__bytes_text(bytes, size));
-  }
-  VkMemoryRequirements req;
-  ferry__vk()->vkGetBufferMemoryRequirements(d->device, pin->buffer, &req);
-  vkb_type type = type_of(d, best_type(d, req.memoryTypeBits & props.memoryTypeBits, score_import));
-  ferry_status st = FERRY_OK;
-  if (type.index == VKB_NO_TYPE || req.size > bytes)
-    st = ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no memory type to import %s of host memory at %p", dev->label,
-                     ferry__bytes_text(bytes, size), base);
-  VkImportMemoryHostPointerInfoEXT import = {.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
-                                             .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
-                                             .pHostPointer = base};
-  if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &pin->memory);
-  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, pin->buffer, pin->memory, 0)) != VK_SUCCESS)
-    st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a buffer over host memory at %p", base);
-  char *mapping = NULL;
-  pin->coherent = type.coherent;
-  /* Flush and invalidate need the memory mapped; the bytes are read and written through the block. */
-  if (st == FERRY_OK && !pin->coherent) st = map_memory(dev, pin->memory, bytes, &mapping);
+  ferry_status st = import_host(dev, base, bytes, VKB_STAGING_USAGE, pin);
   if (st != FERRY_OK) {
-    release(d, pin->memory);
-    ferry__vk()->vkDestroyBuffer(d->device, pin->buffer, NULL);
     free(pin);
     return st;
   }
-  pin->mem_size = bytes;
   *out_token = (uintptr_t)pin;
   return FERRY_OK;
 }
