@@ -1,3 +1,6 @@
+/* A focused study beside `ferry bench`: the issue-5 targets (pass or miss), ferry from pageable memory against
+ * cuMemcpy from pinned memory, 64-byte latency on a plain cuMemAlloc buffer, each FERRY_CUDA_H2D way, and (--sweep)
+ * the staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS: none of which ferry bench measures. */
 /*
  * bench_cuda: ferry's cuda backend against the raw driver calls, on each CUDA
  * device, in one run on one set of memory (the issue-5 figures).

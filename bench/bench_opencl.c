@@ -1,3 +1,5 @@
+/* A focused study beside `ferry bench`: the OpenCL targets, with an exit status for misses (--check: the host-pointer
+ * pair against write + read on PoCL, 0.95x of raw on GPUs), which ferry bench does not judge. */
 /*
  * OpenCL benchmark: ferry against the raw OpenCL calls (tools/raw/raw_opencl.c) on
  * the same buffers, in the same run, every measurement the median of several

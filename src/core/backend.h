@@ -30,6 +30,8 @@
 enum {
   FERRY_MEM_ZERO_COPY = 1u << 0, /* the core wrapped a host array (native, checked); no backend state */
   FERRY_MEM_HOST_PTR = 1u << 1,  /* made by host_ptr_import over the user's array */
+  FERRY_MEM_FOREIGN = 1u << 2,   /* not ferry's (a DLPack import): never given to free or the cache; the
+                                    core releases it through dlpack.c, which calls the owner's deleter */
 };
 
 typedef struct ferry_mem {
@@ -145,6 +147,26 @@ typedef struct ferry_device_ops {
   ferry_status (*native)(const ferry_device *dev, ferry_native *out);
   /* Free device memory right now, for out-of-memory messages; 0 if unknown. */
   uint64_t (*free_memory)(ferry_device *dev);
+  /* What the driver says about itself (ferry_device_driver_info): the backend
+   * fills the strings it knows, and may set free_memory where free_memory above
+   * is NULL. *out arrives zeroed, with free_memory from free_memory above. */
+  ferry_status (*driver_info)(ferry_device *dev, ferry_driver_info *out);
+  /* DLPack (src/core/dlpack.c). A buffer over memory that ferry did not allocate:
+   * `data` is what DLPack's data means on this device (CUdeviceptr, cl_mem) and
+   * the tensor's bytes are [byte_offset, byte_offset + bytes) of it. The backend
+   * checks that the device can use that memory (the driver knows the pointer as
+   * this device's, the cl_mem is of this device's context, the range lies inside
+   * it) and fills *out (handle, host, impl, bytes; the core sets the flags). On
+   * refusal: FERRY_ERROR_REFUSED and a reason (FERRY_REFUSAL_DEVICE,
+   * FERRY_REFUSAL_UNSUPPORTED, FERRY_REFUSAL_DRIVER). NULL: the device imports no
+   * foreign device memory (host memory is imported by the core itself). */
+  ferry_status (*foreign_import)(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes, ferry_mem *out,
+                                 ferry_refusal *out_refusal);
+  /* Releases what foreign_import made (not the memory: its owner's deleter does). May be NULL. */
+  void (*foreign_release)(ferry_device *dev, ferry_mem *mem);
+  /* DLPack's name for the device. NULL: the core's (CPU 0 for devices whose
+   * memory is host memory; OpenCL, Vulkan, Metal by backend name and index). */
+  ferry_dl_device (*dlpack_device)(const ferry_device *dev);
   /* Called once at shutdown after every allocation and pinned block of the device was released. */
   void (*destroy)(ferry_device *dev);
 } ferry_device_ops;
@@ -266,5 +288,9 @@ size_t ferry__size_class(size_t bytes);
 
 /* Formats a byte count for messages: "16 GiB (17179869184 bytes)". */
 const char *ferry__bytes_text(uint64_t bytes, char buf[64]);
+/* For driver_info: 16 UUID bytes as "8-4-4-4-12" lowercase hex, and a PCI
+ * address as "0000:1b:00.0". */
+void ferry__uuid_text(const unsigned char bytes[16], char out[40]);
+void ferry__pci_text(unsigned domain, unsigned bus, unsigned device, unsigned function, char out[32]);
 
 #endif /* FERRY_CORE_BACKEND_H */

@@ -132,6 +132,27 @@ static ferry_status wrap_array(ferry_device *dev, ferry_array host, size_t bytes
   return FERRY_OK;
 }
 
+ferry_status ferry__buffer_wrap_foreign(ferry_device *dev, ferry_kind kind, size_t length, const ferry_mem *mem,
+                                        void *host_array, bool over_host_array, void *foreign, ferry_buffer *out) {
+  ferry_slot *slot;
+  uint32_t index;
+  ferry_status st = ferry__slot_new(&slot, &index);
+  if (st != FERRY_OK) return st;
+  slot->kind = kind;
+  slot->device = dev;
+  slot->mem = *mem;
+  slot->host_array = host_array;
+  slot->length = length;
+  slot->elem_size = ferry_kind_size(kind);
+  slot->bytes = length * slot->elem_size; /* the caller checked it fits */
+  slot->class_bytes = 0;
+  slot->over_host_array = over_host_array;
+  slot->foreign = foreign;
+  stats_buffer_born(dev, slot->bytes);
+  *out = ferry__slot_publish(slot, index);
+  return FERRY_OK;
+}
+
 static ferry_status zero_copy(ferry_device *dev, ferry_array host, size_t bytes, ferry_buffer *out) {
   ferry_mem mem = {.handle = (uintptr_t)host.data, .host = host.data, .bytes = bytes, .flags = FERRY_MEM_ZERO_COPY};
   return wrap_array(dev, host, bytes, &mem, out);
@@ -216,7 +237,9 @@ ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_
 ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (slot->mem.flags & FERRY_MEM_HOST_PTR) {
+  if (slot->mem.flags & FERRY_MEM_FOREIGN) {
+    st = ferry__foreign_release(slot); /* memory ferry did not allocate: dlpack.c gives it back */
+  } else if (slot->mem.flags & FERRY_MEM_HOST_PTR) {
     st = dev->ops->host_ptr_release(dev, &slot->mem);
     ferry__host_ranges_unclaim(slot->host_array);
   } else if (!(slot->mem.flags & FERRY_MEM_ZERO_COPY) && slot->bytes > 0) {

@@ -35,6 +35,9 @@ static struct {
 /* Generations start here in a new table: above everything before the last shutdown. */
 static uint32_t generation_floor = 1;
 static uint64_t serial_counter; /* under table.lock */
+/* Set while ferry__handles_shutdown releases every buffer: references held past
+ * ferry_free (DLPack exports) are then gone with the session. */
+static bool shutting_down;
 
 static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint32_t state_refs(uint64_t s) { return (uint32_t)s; }
@@ -171,6 +174,23 @@ ferry_status ferry__retire(ferry_buffer b, const char *fn) {
   return state_refs(next) == 0 ? slot_finish(slot, index) : FERRY_OK;
 }
 
+ferry_slot *ferry__held_slot(ferry_buffer b) {
+  uint32_t index = (uint32_t)b.id, gen = (uint32_t)(b.id >> 32);
+  if (shutting_down || !table.chunks || !(gen & 1u) || index >= (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) return NULL;
+  ferry_slot *slot = slot_at(index);
+  if (!slot) return NULL;
+  /* A held reference keeps the slot from being reused, so in its own session the
+   * generation is gen (live) or gen + 1 (freed); a later session's table starts
+   * above both. */
+  uint32_t now = state_gen(atomic_load_explicit(&slot->state, memory_order_acquire));
+  return now == gen || now == gen + 1 ? slot : NULL;
+}
+
+void ferry__release_held(ferry_buffer b) {
+  ferry_slot *slot = ferry__held_slot(b);
+  if (slot) ferry__release(slot);
+}
+
 const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]) {
   if (slot->kind == FERRY_CUSTOM)
     snprintf(buf, 512, "buffer %llu (%zu elements of %zu bytes) on %s", (unsigned long long)slot->serial, slot->length,
@@ -185,17 +205,21 @@ void ferry__handles_shutdown(bool report_leaks) {
   if (!table.chunks) return;
   uint32_t highest = generation_floor;
   size_t leaked = 0;
+  shutting_down = true;
   for (uint32_t i = 0; i < table.used; i++) {
     ferry_slot *slot = slot_at(i);
     uint64_t s = atomic_load(&slot->state);
     uint32_t gen = state_gen(s);
     if (gen > highest) highest = gen;
-    if (!(gen & 1u)) continue;
+    /* Live buffers, and freed ones whose memory a DLPack tensor still holds. */
+    bool freed_but_held = !(gen & 1u) && state_refs(s) > 0;
+    if (!(gen & 1u) && !freed_but_held) continue;
     if (report_leaks) {
       char text[512];
       if (leaked == 0) fprintf(stderr, "ferry: buffers still live at ferry_shutdown():\n");
-      fprintf(stderr, "ferry:   %s, %zu bytes%s\n", ferry__buffer_text(slot, text), slot->bytes,
-              slot->over_host_array ? ", over a host array" : "");
+      fprintf(stderr, "ferry:   %s, %zu bytes%s%s\n", ferry__buffer_text(slot, text), slot->bytes,
+              slot->over_host_array ? ", over a host array" : "",
+              freed_but_held ? ", freed but still held by a DLPack tensor" : "");
     }
     leaked++;
     if (ferry__slot_destroy_memory(slot) != FERRY_OK)
@@ -210,6 +234,7 @@ void ferry__handles_shutdown(bool report_leaks) {
   }
   free(table.chunks);
   table.chunks = NULL;
+  shutting_down = false;
   /* Next session: generations start above every one handed out (odd, live). */
   generation_floor = (highest + 2) | 1u;
   if (generation_floor >= GEN_RETIRE) generation_floor = 1; /* after ~2^31 shutdowns; cannot happen in practice */

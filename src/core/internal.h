@@ -153,6 +153,7 @@ typedef struct ferry_slot {
    * synchronises instead of copying. Whether it IS the array (no transfer needed,
    * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
   bool over_host_array;
+  void *foreign; /* FERRY_MEM_FOREIGN memory: dlpack.c's record of its owner */
 } ferry_slot;
 
 ferry_status ferry__handles_init(void);
@@ -180,6 +181,24 @@ const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]);
 
 /* Releases the memory of a slot whose last reference is gone. */
 ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
+
+/* Drops a reference that may outlive the session (a DLPack export's), taken
+ * while `b` was live: nothing happens once ferry_shutdown has released the
+ * buffer's memory (or while it is doing so). */
+void ferry__release_held(ferry_buffer b);
+/* The slot a held reference points to, or NULL when the session it was taken in
+ * has ended (the reference is gone with it). No reference is taken. */
+ferry_slot *ferry__held_slot(ferry_buffer b);
+
+/* ---- foreign memory (DLPack imports, dlpack.c) --------------------------- */
+
+/* A buffer over `mem` (memory ferry did not allocate, flags including
+ * FERRY_MEM_FOREIGN) whose release calls dlpack.c's ferry__foreign_release with
+ * `foreign`. over_host_array and host_array as for a zero-copy buffer. */
+ferry_status ferry__buffer_wrap_foreign(ferry_device *dev, ferry_kind kind, size_t length, const ferry_mem *mem,
+                                        void *host_array, bool over_host_array, void *foreign, ferry_buffer *out);
+/* Releases a FERRY_MEM_FOREIGN slot's memory: the backend's part, then the owner's deleter. */
+ferry_status ferry__foreign_release(ferry_slot *slot);
 
 /* ---- host memory ------------------------------------------------------- */
 

@@ -342,6 +342,36 @@ ferry_status ferry_device_native(const ferry_device *device, ferry_native *out_n
   return FERRY_OK;
 }
 
+void ferry__uuid_text(const unsigned char b[16], char out[40]) {
+  snprintf(out, 40, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+           b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+}
+
+void ferry__pci_text(unsigned domain, unsigned bus, unsigned device, unsigned function, char out[32]) {
+  snprintf(out, 32, "%04x:%02x:%02x.%x", domain, bus, device, function);
+}
+
+ferry_status ferry_device_driver_info(const ferry_device *device, ferry_driver_info *out_info) {
+  ferry_status st = ferry__check_device(device, "ferry_device_driver_info");
+  if (st != FERRY_OK) return st;
+  if (!out_info) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_driver_info: out_info is NULL");
+  /* The registry's devices are the core's own; the operations take them mutable. */
+  ferry_device *dev = (ferry_device *)device;
+  ferry_driver_info info;
+  memset(&info, 0, sizeof info);
+  if (dev->ops->free_memory) info.free_memory = dev->ops->free_memory(dev);
+  if (dev->ops->driver_info) {
+    st = dev->ops->driver_info(dev, &info);
+    if (st != FERRY_OK) return ferry__fail(st, "ferry_device_driver_info: %s: %s", dev->label, ferry__error_text());
+  }
+  /* Whatever a backend wrote, the strings end inside their arrays. */
+  info.driver[sizeof info.driver - 1] = info.driver_version[sizeof info.driver_version - 1] = '\0';
+  info.api_version[sizeof info.api_version - 1] = info.pci_bus_id[sizeof info.pci_bus_id - 1] = '\0';
+  info.uuid[sizeof info.uuid - 1] = '\0';
+  *out_info = info;
+  return FERRY_OK;
+}
+
 ferry_status ferry_device_synchronize(ferry_device *device) {
   ferry_status st = ferry__check_device(device, "ferry_device_synchronize");
   if (st != FERRY_OK || !device->ops->synchronize) return st;

@@ -8,6 +8,7 @@ rm -rf "$work"
 prefix=$work/prefix
 FERRY_BACKENDS=native; export FERRY_BACKENDS
 cmake --install "$build" --prefix "$prefix" >/dev/null
+[ -f "$prefix/share/man/man1/ferry.1" ] || { echo "install: no share/man/man1/ferry.1 (the ferry command's manual)"; exit 1; }
 cmake -S "$src/tests/install" -B "$work/consumer" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/consumer" >/dev/null
 LD_LIBRARY_PATH="$prefix/lib:$prefix/lib64:${LD_LIBRARY_PATH:-}" "$work/consumer/consumer_shared"

@@ -209,6 +209,12 @@ static void checked_destroy(ferry_device *dev) {
   pthread_mutex_destroy(&cd->lock);
 }
 
+static ferry_status checked_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  (void)dev;
+  ferry__host_driver_info(out);
+  return FERRY_OK;
+}
+
 static const ferry_device_ops checked_ops = {
     .alloc = checked_alloc_mem,
     .free = checked_free,
@@ -216,6 +222,7 @@ static const ferry_device_ops checked_ops = {
     .read = checked_read,
     .copy = checked_copy,
     .synchronize = checked_synchronize,
+    .driver_info = checked_driver_info,
     .destroy = checked_destroy,
 };
 

@@ -53,7 +53,8 @@ enum {
 };
 
 typedef struct cuda_device {
-  int index; /* among this backend's devices */
+  int index;   /* among this backend's devices */
+  int ordinal; /* CUDA's (cuDeviceGet), DLPack's device id */
   cu_device device;
   cu_context ctx; /* the primary context, retained */
   int cc_major, cc_minor;
@@ -424,6 +425,59 @@ static ferry_status cuda_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
+/* ---- DLPack: memory allocated outside ferry ------------------------------------------------------ */
+
+/* A CUdeviceptr from another library (a DLPack import): the driver must know it
+ * as this GPU's memory, and the tensor must lie inside one allocation. */
+static ferry_status cuda_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                        ferry_mem *out, ferry_refusal *out_refusal) {
+  cuda_device *cd = dev->impl;
+  cu_deviceptr p = (cu_deviceptr)data + byte_offset;
+  *out_refusal = FERRY_REFUSAL_DRIVER;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  unsigned int type = 0;
+  int ordinal = -1;
+  cu_deviceptr start = 0;
+  size_t size = 0;
+  cu_pointer_attribute attrs[4] = {FCU_POINTER_ATTRIBUTE_MEMORY_TYPE, FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR, FCU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *values[4] = {&type, &ordinal, &start, &size};
+  cu_result r = API.cuPointerGetAttributes(4, attrs, values, p);
+  ctx_leave(&scope);
+  char size_text[64];
+  ferry__bytes_text(bytes, size_text);
+  if (r != FCU_SUCCESS) {
+    char err[768];
+    return ferry__fail(FERRY_ERROR_REFUSED, "cuPointerGetAttributes(0x%llx) on %s failed: %s", (unsigned long long)p,
+                       dev->label, ferry__cuda_error_text(r, err, sizeof err));
+  }
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (type == 0)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the CUDA driver does not know 0x%llx as memory (on %s)",
+                       (unsigned long long)p, dev->label);
+  if (type != FCU_MEMORYTYPE_DEVICE && type != FCU_MEMORYTYPE_UNIFIED)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "0x%llx is host memory registered with CUDA, not device memory (DLPack calls it kDLCUDAHost)",
+                       (unsigned long long)p);
+  if (ordinal != cd->ordinal)
+    return ferry__fail(FERRY_ERROR_REFUSED, "0x%llx is memory of CUDA device %d, not of %s (CUDA device %d)",
+                       (unsigned long long)p, ordinal, dev->label, cd->ordinal);
+  if (size > 0 && !(p >= start && p - start <= size && bytes <= size - (p - start)))
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "%s at 0x%llx run past the end of the allocation they lie in (0x%llx, %zu bytes) on %s",
+                       size_text, (unsigned long long)p, (unsigned long long)start, size, dev->label);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = (uintptr_t)p, .host = NULL, .impl = NULL, .bytes = bytes};
+  return FERRY_OK;
+}
+
+static ferry_dl_device cuda_dlpack_device(const ferry_device *dev) {
+  const cuda_device *cd = dev->impl;
+  return (ferry_dl_device){FERRY_DL_CUDA, cd->ordinal};
+}
+
 /* ---- pinned host memory ---------------------------------------------------------------------- */
 
 static ferry_status cuda_pin_alloc(ferry_device *dev, size_t bytes, void **out, uintptr_t *token) {
@@ -600,6 +654,53 @@ static ferry_status cuda_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* NVIDIA's kernel driver version from /proc/driver/nvidia/version ("NVRM version:
+ * NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."): the first word
+ * after "Module" that starts with a digit. False where there is no such file. */
+static bool nvidia_driver_version(char *out, size_t size) {
+  FILE *f = fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  if (fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "Module");
+    while (p && *p && !found) {
+      p += strcspn(p, " \t\n");
+      p += strspn(p, " \t");
+      size_t n = strcspn(p, " \t\n");
+      if (n && p[0] >= '0' && p[0] <= '9') {
+        snprintf(out, size, "%.*s", (int)n, p);
+        found = true;
+      }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static ferry_status cuda_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  const cuda_device *cd = dev->impl;
+  if (nvidia_driver_version(out->driver_version, sizeof out->driver_version)) {
+    snprintf(out->driver, sizeof out->driver, "NVIDIA");
+  } else {
+    const char *base = strrchr(g.path, '/');
+    snprintf(out->driver, sizeof out->driver, "%.255s", base ? base + 1 : g.path);
+  }
+  if (g.driver_version > 0)
+    snprintf(out->api_version, sizeof out->api_version, "CUDA %d.%d", g.driver_version / 1000,
+             g.driver_version % 1000 / 10);
+  char bus[32] = "";
+  if (API.cuDeviceGetPCIBusId && API.cuDeviceGetPCIBusId(bus, (int)sizeof bus, cd->device) == FCU_SUCCESS) {
+    bus[sizeof bus - 1] = '\0';
+    for (size_t i = 0; bus[i] && i + 1 < sizeof out->pci_bus_id; i++) /* lspci's lowercase */
+      out->pci_bus_id[i] = (char)(bus[i] >= 'A' && bus[i] <= 'F' ? bus[i] - 'A' + 'a' : bus[i]);
+  }
+  cu_uuid uuid;
+  if (API.cuDeviceGetUuid && API.cuDeviceGetUuid(&uuid, cd->device) == FCU_SUCCESS)
+    ferry__uuid_text((const unsigned char *)uuid.bytes, out->uuid);
+  return FERRY_OK;
+}
+
 /* Releases what device_setup made; the context is made current for it. */
 static void device_teardown(cuda_device *cd) {
   if (cd->ctx) {
@@ -639,6 +740,9 @@ static const ferry_device_ops cuda_ops = {
     .synchronize = cuda_synchronize,
     .native = cuda_native,
     .free_memory = cuda_free_memory,
+    .driver_info = cuda_driver_info,
+    .foreign_import = cuda_foreign_import,
+    .dlpack_device = cuda_dlpack_device,
     .destroy = cuda_destroy,
 };
 
@@ -773,6 +877,7 @@ static ferry_status cuda_probe(ferry_probe *probe) {
     if (!cd) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for CUDA device %d", ordinal);
     pthread_mutex_init(&cd->events_lock, NULL);
     cd->index = added;
+    cd->ordinal = ordinal;
     cd->mode = mode;
     cd->peer_enabled = peer;
     ferry_device_desc desc;

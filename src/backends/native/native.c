@@ -39,10 +39,17 @@ static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t 
   return FERRY_OK;
 }
 
+static ferry_status native_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  (void)dev;
+  ferry__host_driver_info(out);
+  return FERRY_OK;
+}
+
 static const ferry_device_ops native_ops = {
     .alloc = native_alloc,
     .free = native_free,
     .copy = native_copy,
+    .driver_info = native_driver_info,
 };
 
 static char native_name[256];

@@ -385,6 +385,44 @@ static ferry_status cl_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
+/* A cl_mem that ferry did not create (a DLPack import): a buffer object of this
+ * device's own context (each ferry device has a context of its own, and a cl_mem
+ * is usable only in its context), large enough for the tensor. */
+static ferry_status cl_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                      ferry_mem *out, ferry_refusal *out_refusal) {
+  cl_device *cd = device_of(dev);
+  cl_mem mem = (cl_mem)data;
+  *out_refusal = FERRY_REFUSAL_UNSUPPORTED;
+  if (byte_offset != 0)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "byte_offset %llu into a cl_mem: ferry addresses OpenCL buffers from their start (%s)",
+                       (unsigned long long)byte_offset, dev->label);
+  cl_context context = NULL;
+  cl_uint type = 0;
+  size_t size = 0;
+  cl_int err = API->clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (err != CL_SUCCESS)
+    return ferry__fail(FERRY_ERROR_REFUSED, "%s (%d) from clGetMemObjectInfo: %p is not a cl_mem %s can use",
+                       ferry__opencl_error_name(err), (int)err, (void *)mem, dev->label);
+  if (context != cd->context)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "the cl_mem %p belongs to another OpenCL context than %s's, and a cl_mem is usable only in its "
+                       "own context (make it in the context ferry_device_native gives)",
+                       (void *)mem, dev->label);
+  if (type != CL_MEM_OBJECT_BUFFER)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the cl_mem %p is an image (type 0x%x), not a buffer", (void *)mem,
+                       (unsigned)type);
+  if (size < bytes)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the tensor has %zu bytes, its cl_mem %p only %zu", bytes, (void *)mem,
+                       size);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = data, .bytes = bytes};
+  return FERRY_OK;
+}
+
 /* ---- pinned memory and DMA for the core's engine ---------------------------- */
 
 /* A mapped CL_MEM_ALLOC_HOST_PTR buffer: NVIDIA's OpenCL pins it, and transfers
@@ -506,6 +544,30 @@ static uint64_t cl_free_memory(ferry_device *dev) {
   return (uint64_t)kib[0] * 1024;
 }
 
+static void platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t size);
+static char *device_string(cl_device_id d, cl_device_info what);
+static bool has_extension(const char *list, const char *name);
+
+static ferry_status cl_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  cl_device *cd = device_of(dev);
+  platform_string(cd->platform, CL_PLATFORM_NAME, out->driver, sizeof out->driver);
+  platform_string(cd->platform, CL_PLATFORM_VERSION, out->api_version, sizeof out->api_version);
+  char *version = device_string(cd->id, CL_DRIVER_VERSION);
+  if (version) snprintf(out->driver_version, sizeof out->driver_version, "%s", version);
+  free(version);
+  char *extensions = device_string(cd->id, CL_DEVICE_EXTENSIONS);
+  cl_device_pci_bus_info_khr pci;
+  if (has_extension(extensions, "cl_khr_pci_bus_info") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_PCI_BUS_INFO_KHR, sizeof pci, &pci, NULL) == CL_SUCCESS)
+    ferry__pci_text(pci.pci_domain, pci.pci_bus, pci.pci_device, pci.pci_function, out->pci_bus_id);
+  unsigned char uuid[CL_UUID_SIZE_KHR];
+  if (has_extension(extensions, "cl_khr_device_uuid") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_UUID_KHR, sizeof uuid, uuid, NULL) == CL_SUCCESS)
+    ferry__uuid_text(uuid, out->uuid);
+  free(extensions);
+  return FERRY_OK;
+}
+
 static void cl_destroy(ferry_device *dev) {
   cl_device *cd = device_of(dev);
   API->clFinish(cd->queue);
@@ -531,6 +593,8 @@ static const ferry_device_ops cl_ops = {
     .synchronize = cl_synchronize,
     .native = cl_native,
     .free_memory = cl_free_memory,
+    .driver_info = cl_driver_info,
+    .foreign_import = cl_foreign_import,
     .destroy = cl_destroy,
 };
 

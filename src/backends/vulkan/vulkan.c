@@ -69,6 +69,58 @@ static ferry_status vkb_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* Is the device extension `name` supported? */
+static bool device_has_extension(const vkb_device *d, const char *name) {
+  uint32_t n = 0;
+  if (ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+  VkExtensionProperties *ext = calloc(n, sizeof *ext);
+  bool found = false;
+  if (ext && ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, ext) >= 0)
+    for (uint32_t i = 0; i < n && !found; i++)
+      found = strncmp(ext[i].extensionName, name, VK_MAX_EXTENSION_NAME_SIZE) == 0;
+  free(ext);
+  return found;
+}
+
+/* driverName and driverInfo (Vulkan 1.2 or VK_KHR_driver_properties), deviceUUID
+ * (1.1), the PCI address (VK_EXT_pci_bus_info); the API version always. */
+static ferry_status vkb_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  const vkb_device *d = dev->impl;
+  uint32_t api = d->props.apiVersion;
+  snprintf(out->api_version, sizeof out->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(api),
+           VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api));
+  bool v11 = ferry__vk()->instance_version >= VK_API_VERSION_1_1 && api >= VK_API_VERSION_1_1 &&
+             ferry__vk()->vkGetPhysicalDeviceProperties2;
+  if (!v11) return FERRY_OK;
+  VkPhysicalDeviceIDProperties id = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+  VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {.sType =
+                                                     VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
+  bool has_driver = VK_API_VERSION_MINOR(api) >= 2 || VK_API_VERSION_MAJOR(api) > 1 ||
+                    device_has_extension(d, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+  bool has_pci = device_has_extension(d, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
+  void *chain = NULL;
+  if (has_pci) {
+    pci.pNext = chain;
+    chain = &pci;
+  }
+  if (has_driver) {
+    driver.pNext = chain;
+    chain = &driver;
+  }
+  id.pNext = chain;
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id};
+  ferry__vk()->vkGetPhysicalDeviceProperties2(d->phys, &p2);
+  ferry__uuid_text(id.deviceUUID, out->uuid);
+  if (has_driver) {
+    driver.driverName[VK_MAX_DRIVER_NAME_SIZE - 1] = driver.driverInfo[VK_MAX_DRIVER_INFO_SIZE - 1] = '\0';
+    snprintf(out->driver, sizeof out->driver, "%s", driver.driverName);
+    snprintf(out->driver_version, sizeof out->driver_version, "%s", driver.driverInfo);
+  }
+  if (has_pci) ferry__pci_text(pci.pciDomain, pci.pciBus, pci.pciDevice, pci.pciFunction, out->pci_bus_id);
+  return FERRY_OK;
+}
+
 static void device_close(vkb_device *d) {
   if (!d) return;
   if (d->device) {
@@ -111,6 +163,7 @@ static const ferry_device_ops vkb_ops = {
     .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
     .free_memory = ferry__vkb_free_memory,
+    .driver_info = vkb_driver_info,
     .destroy = vkb_destroy,
 };
 
