@@ -181,11 +181,11 @@ static void pinned_check(ferry_device *dev) {
   void *pinned = NULL;
   unsigned char *pageable = malloc(bytes);
   CHECK_CU(api->cuMemAllocHost(&pinned, bytes)); /* the primary context is current */
-  if (!pinned || !ops->host_is_pinned) return;
-  CHECK(!ops->host_is_pinned(dev, pageable, bytes));
-  CHECK(ops->host_is_pinned(dev, pinned, bytes));
-  CHECK(ops->host_is_pinned(dev, (char *)pinned + 1, bytes - 1));
-  CHECK(!ops->host_is_pinned(dev, (char *)pinned + 1, bytes));
+  if (!pinned || !ops->host_pinned) return;
+  CHECK(!ops->host_pinned(dev, pageable, bytes));
+  CHECK(ops->host_pinned(dev, pinned, bytes));
+  CHECK(ops->host_pinned(dev, (char *)pinned + 1, bytes - 1));
+  CHECK(!ops->host_pinned(dev, (char *)pinned + 1, bytes));
   /* For the record: does the driver give the range of pinned host memory? */
   cu_deviceptr start = 0;
   size_t size = 0;

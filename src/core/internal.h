@@ -54,11 +54,9 @@ ferry_status ferry__fork_refusal(const char *fn);
 typedef enum ferry_fork_phase { FERRY_FORK_PREPARE, FERRY_FORK_PARENT, FERRY_FORK_CHILD } ferry_fork_phase;
 void ferry__handles_fork(ferry_fork_phase phase);
 void ferry__options_fork(ferry_fork_phase phase);
-void ferry__host_fork(ferry_fork_phase phase);
 /* The child's ferry_shutdown(): forget the parent's buffers, pinned blocks and
  * copy threads without calling a driver (their memory is the parent's drivers'). */
 void ferry__handles_forget(void);
-void ferry__host_forget(void);
 
 /* ---- host allocations of the core's own tables ------------------------- */
 
@@ -86,16 +84,34 @@ typedef struct ferry_cache_node {
 
 #define FERRY_CACHE_BUCKETS 256
 
-/* The pinned slots of a device's pipelined transfers (staging.c). */
-struct ferry_stage {
-  pthread_mutex_t lock; /* held for a whole pipelined transfer */
-  void *slot[FERRY_STAGE_SLOTS];
-  size_t slot_bytes, min_write, min_read; /* slot size; smallest transfers pipelined */
-  bool failed;                            /* no pinned memory could be had: direct transfers only */
+/* What the engine measured of one device in one direction (engine_plan.c):
+ * times in seconds, rates in bytes per second. */
+typedef struct ferry_figures {
+  bool measured;
+  double direct_rate;           /* the driver's own transfer from or to pageable memory (0: none) */
+  double copy_fixed, copy_rate; /* a host copy on the copy threads, into or out of pinned memory */
+  double dma_fixed, dma_rate;   /* a DMA between pinned memory and the device, start to wait */
+  double dma_issue;             /* the time dma_start takes to return: the engine thread is busy for it */
+} ferry_figures;
+
+/* A device's transfer engine (engine.c): its staging ring and figures. */
+struct ferry_engine {
+  pthread_mutex_t lock; /* held for a whole staged transfer: the ring is the device's one at a time */
+  char *ring;           /* staging memory, a block of the pinned registry; NULL until first use */
+  size_t ring_bytes;
+  size_t ring_next;      /* the slot after the last one the device's last staged transfer used */
+  bool ring_failed;      /* no staging memory could be had: direct transfers only */
+  size_t piece_override; /* FERRY_STAGE_BYTES, 0 if unset */
+  size_t min_override;   /* FERRY_STAGE_MIN */
+  bool min_set;
+  ferry_figures figures[2]; /* per ferry_dma_dir: written once under lock, then `measured` set */
+  _Atomic bool measured[2];
+  unsigned reports; /* staged transfers described under FERRY_DEBUG=engine */
 };
 
 struct ferry_device_state {
-  struct ferry_stage stage;
+  struct ferry_engine engine;
+  bool pin_misaligned; /* the backend's pin_alloc gave an unaligned block once: ask with room to align */
   pthread_mutex_t cache_lock;
   ferry_cache_node *cache[FERRY_CACHE_BUCKETS];
   ferry_cache_node *spare_nodes; /* nodes kept for the next put: no malloc on the free path */
@@ -116,10 +132,6 @@ void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes);
  * without calling the backend (its cached blocks are the parent's driver's). */
 void ferry__device_state_forget(ferry_device *dev);
 
-/* The size an allocation of `bytes` is rounded up to so that freed memory can be
- * reused by requests of nearby sizes (at most 25% more). */
-size_t ferry__size_class(size_t bytes);
-
 /* Device memory through the cache: a cached block of the right class, else the
  * backend's alloc (with the cache released and a second try on out-of-memory). */
 ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, size_t *out_class);
@@ -130,19 +142,43 @@ ferry_status ferry__cache_trim(ferry_device *dev);
 
 void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
 
-/* ---- pipelined transfers (staging.c) ----------------------------------- */
+/* ---- the transfer engine (engine.c, engine_plan.c) ------------------------ */
 
-void ferry__stage_init(ferry_device *dev);
-/* Frees the device's slots (before the backend's destroy); the device stays usable. */
-void ferry__stage_release(ferry_device *dev);
-/* Should a transfer between `host` and `mem` go through the staging pipeline? */
-bool ferry__stage_wanted(const ferry_device *dev, const ferry_mem *mem, const void *host, size_t bytes, bool to_device);
-ferry_status ferry__stage_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes);
-ferry_status ferry__stage_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes);
-/* A copy from sdev to another device through sdev's slots; false when sdev has
- * no pipeline (nothing was done), else true with the copy's status. */
-bool ferry__stage_copy(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
-                       size_t doff, size_t bytes, ferry_status *out_status);
+void ferry__engine_device_init(ferry_device *dev);
+/* Frees the device's staging ring (before the backend's destroy); the device stays usable. */
+void ferry__engine_device_release(ferry_device *dev);
+void ferry__engine_device_destroy(ferry_device *dev);
+/* Host memory to or from one allocation: ferry_mem.host copied by the core,
+ * pinned memory by one DMA, pageable memory by the driver's call or through
+ * the staging ring, whichever the device's figures say is faster. */
+ferry_status ferry__engine_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes);
+ferry_status ferry__engine_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes);
+/* Between allocations of two devices that have no peer copy for each other:
+ * the source's DMA into pinned memory the destination's DMA reads, overlapped
+ * piece by piece. */
+ferry_status ferry__engine_copy(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
+                                size_t doff, size_t bytes);
+
+/* How a transfer of `bytes` between pageable memory and a device runs. */
+typedef struct ferry_plan {
+  bool direct;  /* by the driver's own call; else through the staging ring */
+  bool measure; /* the device's figures for this direction are to be measured first */
+  size_t piece; /* the piece size when staged (also when direct: for a backend that refuses) */
+} ferry_plan;
+
+/* engine_plan.c: the choice of path and piece size, from the device's figures
+ * or the FERRY_STAGE_* overrides. */
+ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t bytes);
+/* Prints the device's figures for `dir` and the plans they give (FERRY_DEBUG=engine). */
+void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir);
+/* Estimated seconds for `bytes` through the ring in pieces of `piece` (the model). */
+double ferry__engine_estimate(const ferry_figures *f, size_t bytes, size_t piece);
+
+/* What the engine has moved by host copies (bytes memcpy'd into or out of
+ * staging memory), for tests and benchmarks. */
+uint64_t ferry__engine_host_copied(void);
+/* The device's figures for one direction (measured false until they are). */
+ferry_figures ferry__engine_figures(ferry_device *dev, ferry_dma_dir dir);
 
 /* ---- handles ----------------------------------------------------------- */
 
@@ -235,13 +271,50 @@ ferry_status ferry__foreign_release(ferry_slot *slot);
  * table cannot grow. */
 ferry_status ferry__host_ranges_claim(const char *fn, const void *ptr, size_t bytes);
 void ferry__host_ranges_unclaim(const void *ptr);
+void ferry__host_ranges_shutdown(void);
+void ferry__host_ranges_fork(ferry_fork_phase phase);
 
-/* Pinned memory for ferry's own use (staging slots): like ferry_host_alloc, but
- * ferry_host_free refuses it. */
-ferry_status ferry__host_alloc_internal(ferry_device *dev, size_t bytes, void **out);
-void ferry__host_free_internal(void *ptr);
+/* pinned.c: the one registry of pinned host memory. A block is allocated by
+ * one device's pin_alloc (or page-aligned malloc where the device has none or
+ * staging does not pay on it) and registered lazily with other devices that
+ * DMA from it. `user` blocks are ferry_host_alloc's; the others the engine's. */
+ferry_status ferry__pinned_alloc(ferry_device *dev, size_t bytes, bool user, void **out_ptr);
+/* Releases a block starting at ptr; false if there is no such block (of that kind). */
+bool ferry__pinned_free(void *ptr, bool user);
+/* Is [ptr, ptr + bytes) inside a block `dev` can DMA from? Registers the block
+ * with dev on first use where the backend can. Fills *out on true. */
+bool ferry__pinned_find(ferry_device *dev, const void *ptr, size_t bytes, ferry_pinned *out);
+/* Releases every block (at shutdown, before the devices go). */
+void ferry__pinned_shutdown(void);
+void ferry__pinned_fork(ferry_fork_phase phase);
+/* In a forked child: forgets every block without a driver call (only plain host
+ * memory that no driver made is freed). */
+void ferry__pinned_forget(void);
 
-void ferry__host_shutdown(void);
-void ferry__copy_pool_shutdown(void);
+/* copy_threads.c. A job: tasks 0..count-1, run(ctx, i) each, handed out in order. */
+typedef struct ferry_copy_job {
+  void (*task)(void *ctx, size_t index);
+  void *ctx;
+  size_t count;
+  _Atomic size_t next;
+} ferry_copy_job;
+/* Hands the job to the copy threads and returns at once; false when there are
+ * none, or another thread's job runs (then run it yourself). The job must stay
+ * alive until ferry__copy_threads_finish returns. */
+bool ferry__copy_threads_start(ferry_copy_job *job);
+/* The caller takes tasks of the job until none is left. */
+void ferry__copy_threads_help(ferry_copy_job *job);
+/* Runs what is left and waits until every worker has left the job. */
+void ferry__copy_threads_finish(ferry_copy_job *job);
+void ferry__copy_threads_shutdown(void);
+/* In a forked child: the parent's copy threads are not here; the pool starts afresh. */
+void ferry__copy_threads_fork(ferry_fork_phase phase);
+/* ferry__parallel_memcpy into memory a device is to read by DMA: stores that
+ * bypass the caches where the processor has them (SSE2), so that the copy does
+ * not first read each destination line. */
+void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n);
+/* Keeps the copy threads awake (spinning) between the pieces of a pipeline. */
+void ferry__copy_threads_hold(void);
+void ferry__copy_threads_release(void);
 
 #endif /* FERRY_CORE_INTERNAL_H */

@@ -28,7 +28,6 @@ ferry_status ferry__device_state_init(ferry_device *dev) {
   if (!ferry__option_number("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
   dev->state = s;
-  ferry__stage_init(dev);
   return FERRY_OK;
 }
 
@@ -39,7 +38,6 @@ void ferry__device_state_destroy(ferry_device *dev) {
     free(n);
   }
   pthread_mutex_destroy(&dev->state->cache_lock);
-  pthread_mutex_destroy(&dev->state->stage.lock);
   free(dev->state);
   dev->state = NULL;
 }

@@ -83,7 +83,10 @@ const ferry_backend *ferry__backend_at(size_t index) {
 
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
   const ferry_backend *b = probe->entry->backend;
-  if (!desc->ops || !desc->ops->alloc || !desc->ops->free || !desc->ops->write || !desc->ops->read || !desc->ops->copy)
+  const ferry_device_ops *o = desc->ops;
+  bool moves = (o && ((o->write && o->read) || (o->dma_start && o->dma_wait))) || desc->zero_copy;
+  if (!o || !o->alloc || !o->free || !o->copy || !moves || (!o->dma_start != !o->dma_wait) ||
+      ((o->pin_alloc || o->pin_register) && !o->pin_release))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: a device without the required operations", b->name);
   if (desc->ops->host_ptr_import && (!desc->ops->host_ptr_release || !desc->ops->host_ptr_sync))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: host_ptr_import without host_ptr_release and host_ptr_sync",
@@ -101,6 +104,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
   dev->ops = desc->ops;
   dev->backend = b;
   dev->caps = desc->caps;
+  dev->bounce_max = desc->bounce_max;
   snprintf(dev->name, sizeof dev->name, "%s", desc->name ? desc->name : "unnamed");
   ferry_device_info *info = &dev->info;
   info->index = reg.device_count;
@@ -119,6 +123,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
     free(dev);
     return st;
   }
+  ferry__engine_device_init(dev);
   reg.devices[reg.device_count++] = dev;
   probe->entry->count++;
   return FERRY_OK;
@@ -126,8 +131,9 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
 
 static void device_destroy(ferry_device *dev) {
   if (ferry__cache_trim(dev) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry__error_text());
-  ferry__stage_release(dev);
+  ferry__engine_device_release(dev);
   if (dev->ops->destroy) dev->ops->destroy(dev);
+  ferry__engine_device_destroy(dev);
   ferry__device_state_destroy(dev);
   free(dev);
 }
@@ -302,7 +308,8 @@ static void fork_prepare(void) {
   pthread_mutex_lock(&init_lock);
   ferry__options_fork(FERRY_FORK_PREPARE);
   ferry__handles_fork(FERRY_FORK_PREPARE);
-  ferry__host_fork(FERRY_FORK_PREPARE);
+  ferry__host_ranges_fork(FERRY_FORK_PREPARE);
+  ferry__pinned_fork(FERRY_FORK_PREPARE);
   pthread_mutex_lock(&gate_lock);
   forking_process = getpid();
 }
@@ -310,7 +317,8 @@ static void fork_prepare(void) {
 static void fork_parent(void) {
   if (!fork_locks_taken) return;
   pthread_mutex_unlock(&gate_lock);
-  ferry__host_fork(FERRY_FORK_PARENT);
+  ferry__pinned_fork(FERRY_FORK_PARENT);
+  ferry__host_ranges_fork(FERRY_FORK_PARENT);
   ferry__handles_fork(FERRY_FORK_PARENT);
   ferry__options_fork(FERRY_FORK_PARENT);
   pthread_mutex_unlock(&init_lock);
@@ -321,7 +329,9 @@ static void fork_child(void) {
   /* Only this thread runs here, and it is inside no ferry call. */
   atomic_store(&gate, 0);
   pthread_mutex_unlock(&gate_lock);
-  ferry__host_fork(FERRY_FORK_CHILD);
+  ferry__copy_threads_fork(FERRY_FORK_CHILD);
+  ferry__pinned_fork(FERRY_FORK_CHILD);
+  ferry__host_ranges_fork(FERRY_FORK_CHILD);
   ferry__handles_fork(FERRY_FORK_CHILD);
   ferry__options_fork(FERRY_FORK_CHILD);
   if (atomic_load(&ready)) {
@@ -417,7 +427,8 @@ ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
  * drivers own; only the core's own host memory goes. */
 static void forget_parent_session(void) {
   ferry__handles_forget();
-  ferry__host_forget();
+  ferry__pinned_forget();
+  ferry__host_ranges_shutdown();
   for (size_t i = 0; i < reg.device_count; i++) {
     ferry__device_state_forget(reg.devices[i]);
     free(reg.devices[i]);
@@ -426,7 +437,7 @@ static void forget_parent_session(void) {
   reg.devices = NULL;
   reg.device_count = reg.device_capacity = 0;
   reg.entry_count = 0;
-  ferry__copy_pool_shutdown(); /* no threads here: only the parent's list of them goes */
+  ferry__copy_threads_shutdown(); /* no threads here: only the parent's list of them goes */
   ferry__options_end();
   atomic_store(&ready, 0);
   atomic_store(&gate, 0);
@@ -449,8 +460,9 @@ void ferry_shutdown(void) {
     /* Transfers hold their buffers: this waits for them. */
     ferry__handles_shutdown(ferry__option_has_word("FERRY_DEBUG", "leaks"));
     for (size_t i = 0; i < reg.device_count; i++)
-      ferry__stage_release(reg.devices[i]);
-    ferry__host_shutdown();
+      ferry__engine_device_release(reg.devices[i]);
+    ferry__pinned_shutdown();
+    ferry__host_ranges_shutdown();
     for (size_t i = reg.device_count; i-- > 0;)
       device_destroy(reg.devices[i]);
     for (size_t i = reg.entry_count; i-- > 0;)
@@ -460,7 +472,7 @@ void ferry_shutdown(void) {
     reg.devices = NULL;
     reg.device_count = reg.device_capacity = 0;
     reg.entry_count = 0;
-    ferry__copy_pool_shutdown();
+    ferry__copy_threads_shutdown();
     ferry__options_end();
     atomic_store(&ready, 0);
     atomic_fetch_and(&gate, ~GATE_CLOSED);

@@ -1,11 +1,12 @@
 /*
- * Transfers: every argument is checked here, then the backend moves the bytes.
+ * Transfers: every argument is checked here, then the transfer engine
+ * (engine.c) moves the bytes.
  *
  * A zero-copy or host-ptr buffer addressed through its own array only
  * synchronises (the bytes are already there); through any other array it
- * copies, exactly as a buffer with memory of its own. Copies between devices
- * take the best path there is: the backend's peer copy, a direct read or write
- * when one side is plain host memory, else a staged copy through host memory.
+ * copies, exactly as a buffer with memory of its own. Copies within a device
+ * are the backend's; between devices of one backend its peer copy where it has
+ * one; everything else is the engine's.
  */
 #include "internal.h"
 
@@ -109,9 +110,7 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
   } else {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes, true)
-                       ? ferry__stage_write(dev, &slot->mem, offset, src, bytes)
-                       : dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
+    else if ((st = ferry__engine_write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->h2d_bytes, &dev->state->h2d_count, bytes);
@@ -126,9 +125,7 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
   } else {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes, false)
-                       ? ferry__stage_read(dev, &slot->mem, offset, dst, bytes)
-                       : dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
+    else if ((st = ferry__engine_read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->d2h_bytes, &dev->state->d2h_count, bytes);
@@ -136,32 +133,6 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
 }
 
 /* ---- copies between buffers ------------------------------------------------ */
-
-#define STAGE_CHUNK (8u << 20)
-
-/* Through host memory, chunk by chunk, when neither side is plain host memory:
- * through the source's pinned slots when it has a pipeline (its reads then
- * overlap the destination's writes), else through a bounce buffer. */
-static ferry_status copy_staged(ferry_device *sdev, const ferry_mem *smem, size_t so, ferry_device *ddev,
-                                ferry_mem *dmem, size_t doff, size_t bytes) {
-  ferry_status piped;
-  if (ferry__stage_copy(sdev, smem, so, ddev, dmem, doff, bytes, &piped)) return piped;
-  size_t chunk = bytes < STAGE_CHUNK ? bytes : STAGE_CHUNK;
-  void *bounce = malloc(chunk);
-  if (!bounce) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s staging buffer",
-                       ferry__bytes_text(chunk, text));
-  }
-  ferry_status st = FERRY_OK;
-  for (size_t done = 0; done < bytes && st == FERRY_OK; done += chunk) {
-    size_t n = bytes - done < chunk ? bytes - done : chunk;
-    st = sdev->ops->read(sdev, smem, so + done, bounce, n);
-    if (st == FERRY_OK) st = ddev->ops->write(ddev, dmem, doff + done, bounce, n);
-  }
-  free(bounce);
-  return st;
-}
 
 /* Within one allocation, overlapping, on a device whose copy cannot overlap: via
  * a temporary allocation on the same device. */
@@ -186,6 +157,12 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
     /* Nothing to move; a damaged buffer still fails the copy. */
     if ((st = check_untouched(fn, src)) == FERRY_OK && dst != src) st = check_untouched(fn, dst);
     if (st != FERRY_OK) return st; /* the sentence names the damaged buffer */
+  } else if (sdev == ddev && (src->mem.host || dst->mem.host)) {
+    /* Host memory on one side at least: the engine's host paths. */
+    if (src->mem.host && dst->mem.host)
+      ferry__host_move((char *)dst->mem.host + doff, (const char *)src->mem.host + so, bytes);
+    else
+      st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
   } else if (sdev == ddev) {
     bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
     if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
@@ -196,14 +173,7 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
     st = FERRY_ERROR_UNSUPPORTED;
     if (sdev->backend == ddev->backend && sdev->ops->copy_peer)
       st = sdev->ops->copy_peer(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-    if (st == FERRY_ERROR_UNSUPPORTED) {
-      if (src->mem.host)
-        st = ddev->ops->write(ddev, &dst->mem, doff, (const char *)src->mem.host + so, bytes);
-      else if (dst->mem.host)
-        st = sdev->ops->read(sdev, &src->mem, so, (char *)dst->mem.host + doff, bytes);
-      else
-        st = copy_staged(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-    }
+    if (st == FERRY_ERROR_UNSUPPORTED) st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
   }
   if (st != FERRY_OK) {
     char a[512], b[512];

@@ -1019,9 +1019,11 @@ static void call_device(void) {
 }
 
 static void call_arm_fault(void) {
-  static const fault_op ops[] = {OP_ALLOC,       OP_FREE,        OP_WRITE,      OP_READ,    OP_COPY,
-                                 OP_COPY_PEER,   OP_IMPORT,      OP_SYNC,       OP_RELEASE, OP_HOST_ALLOC,
-                                 OP_SYNCHRONIZE, OP_WRITE_ASYNC, OP_READ_ASYNC, OP_WAIT};
+  /* The transfer engine's operations (pinned blocks, DMA) in the places of the
+   * pipeline's that they replaced, so that the corpus keeps its meaning. */
+  static const fault_op ops[] = {OP_ALLOC,       OP_FREE,      OP_WRITE,    OP_READ,    OP_COPY,
+                                 OP_COPY_PEER,   OP_IMPORT,    OP_SYNC,     OP_RELEASE, OP_PIN_ALLOC,
+                                 OP_SYNCHRONIZE, OP_DMA_WRITE, OP_DMA_READ, OP_DMA_WAIT};
   disarm();
   armed = (int)ops[pick(sizeof ops / sizeof ops[0])];
   armed_status = pick(3) ? FERRY_ERROR_BACKEND : FERRY_ERROR_OUT_OF_MEMORY;

@@ -264,7 +264,7 @@ static ferry_status checked_probe(ferry_probe *probe) {
   list_init(&cd->live);
   list_init(&cd->quarantine);
   cd->quarantine_bytes = cd->quarantine_count = 0;
-  uint64_t memory = ferry__host_memory();
+  uint64_t memory = ferry__host_ram();
   ferry_device_desc desc = {
       .ops = &checked_ops,
       .impl = cd,

@@ -146,8 +146,8 @@ enum {
   X(1, cuDeviceTotalMem, "cuDeviceTotalMem_v2", cu_result, (size_t * bytes, cu_device dev))                            \
   X(1, cuDeviceGetAttribute, "cuDeviceGetAttribute", cu_result,                                                        \
     (int *value, cu_device_attribute attrib, cu_device dev))                                                           \
-  X(0, cuDeviceGetUuid, "cuDeviceGetUuid_v2", cu_result, (cu_uuid * uuid, cu_device dev))                          \
-  X(0, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", cu_result, (char *pci_bus_id, int len, cu_device dev))            \
+  X(0, cuDeviceGetUuid, "cuDeviceGetUuid_v2", cu_result, (cu_uuid * uuid, cu_device dev))                              \
+  X(0, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", cu_result, (char *pci_bus_id, int len, cu_device dev))              \
   X(1, cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", cu_result, (int *can, cu_device dev, cu_device peer))           \
   X(1, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cu_result, (cu_context * ctx, cu_device dev))             \
   X(1, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", cu_result, (cu_device dev))                          \

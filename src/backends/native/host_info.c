@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/utsname.h>
-#include <unistd.h>
 #ifdef __GLIBC__
 #include <gnu/libc-version.h>
 #endif
@@ -25,11 +24,6 @@ void ferry__host_cpu_name(char *buf, size_t size) {
     break;
   }
   fclose(f);
-}
-
-uint64_t ferry__host_memory(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 32;
 }
 
 /* MemAvailable from /proc/meminfo: what the kernel can give without swapping; 0 if unknown. */

@@ -5,13 +5,9 @@
 #include "ferry.h"
 
 #include <stddef.h>
-#include <stdint.h>
 
 /* The processor's model name ("AMD EPYC 7B13 64-Core Processor"), or "host CPU". */
 void ferry__host_cpu_name(char *buf, size_t size);
-
-/* Bytes of physical memory. */
-uint64_t ferry__host_memory(void);
 
 /* The driver of a host device: the C library and its version, the operating
  * system, and the memory available now (MemAvailable). */

@@ -103,8 +103,8 @@ typedef struct cl_device_pci_bus_info_khr {
 #define CL_MEM_COPY_HOST_PTR  (1u << 5)
 
 /* cl_map_flags */
-#define CL_MAP_READ  (1u << 0)
-#define CL_MAP_WRITE (1u << 1)
+#define CL_MAP_READ                    (1u << 0)
+#define CL_MAP_WRITE                   (1u << 1)
 #define CL_MAP_WRITE_INVALIDATE_REGION (1u << 2) /* OpenCL 1.2 */
 
 /* cl_mem_info */

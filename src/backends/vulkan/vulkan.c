@@ -7,9 +7,9 @@
  * exposes. ferry submits to that queue under its own lock (VkQueue is externally
  * synchronised). Buffers are VkBuffers with bound memory (vulkan_memory.c); bytes
  * move by memcpy through persistent mappings where device memory is the host's
- * (CPU devices such as lavapipe, integrated GPUs), else through staging and
- * vkCmdCopyBuffer; large copies within a device run a copy shader
- * (vulkan_transfer.c). See docs/backends/vulkan.md.
+ * (CPU devices such as lavapipe, integrated GPUs), else through the core's
+ * pinned staging and vkCmdCopyBuffer; large copies within a device run a copy
+ * shader (vulkan_transfer.c). See docs/backends/vulkan.md.
  */
 #include "vulkan_internal.h"
 
@@ -49,13 +49,10 @@ static void read_options(void) {
   ferry__vkb_opts.transferqueue = ferry__option_has_word("FERRY_VULKAN_DEBUG", "transferqueue");
   ferry__vkb_opts.noshader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noshader");
   ferry__vkb_opts.shader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "shader");
-  /* The values are checked against vulkan_options' ranges at ferry_init. */
+  /* The values are checked against vulkan_options' ranges at ferry_init. The
+   * copy shader's shape is for tuning on new hardware (the default is the
+   * fastest shape measured on the H200: docs/backends/vulkan.md). */
   uint64_t v;
-  ferry__vkb_opts.chunk = ferry__option_number("FERRY_VULKAN_CHUNK", &v) ? (size_t)v : VKB_DEFAULT_CHUNK;
-  /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
-   * timestamps around the dispatch, 1 GiB): one word per invocation and a group
-   * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
-   * or eight words per step, 517-526 us. */
   ferry__vkb_opts.copy_unroll = ferry__option_number("FERRY_VULKAN_COPY_UNROLL", &v) ? (uint32_t)v : 1;
   ferry__vkb_opts.copy_groups = ferry__option_number("FERRY_VULKAN_COPY_GROUPS", &v) ? (uint32_t)v : 0;
   ferry__vkb_opts.spin_us = ferry__option_number("FERRY_VULKAN_SPIN_US", &v) ? (long long)v : -1;
@@ -97,7 +94,8 @@ static ferry_status vkb_driver_info(ferry_device *dev, ferry_driver_info *out) {
   if (!v11) return FERRY_OK;
   VkPhysicalDeviceIDProperties id = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
   VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
-  VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
+  VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {.sType =
+                                                     VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
   bool has_driver = VK_API_VERSION_MINOR(api) >= 2 || VK_API_VERSION_MAJOR(api) > 1 ||
                     device_has_extension(d, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
   bool has_pci = device_has_extension(d, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
@@ -132,10 +130,7 @@ static void device_close(vkb_device *d) {
     ferry__vk()->vkDestroyDevice(d->device, NULL);
   }
   if (d->locks_ready) {
-    pthread_mutex_destroy(&d->ring_lock);
     pthread_mutex_destroy(&d->alloc_lock);
-    pthread_mutex_destroy(&d->pipe_lock);
-    pthread_rwlock_destroy(&d->host_lock);
     pthread_mutex_destroy(&d->copier.lock);
   }
   for (int i = 0; i < 2; i++) {
@@ -160,15 +155,15 @@ static const ferry_device_ops vkb_ops = {
     .host_ptr_import = ferry__vkb_host_ptr_import,
     .host_ptr_sync = ferry__vkb_host_ptr_sync,
     .host_ptr_release = ferry__vkb_host_ptr_release,
-    .host_alloc = ferry__vkb_host_alloc,
-    .host_free = ferry__vkb_host_free,
+    .pin_alloc = ferry__vkb_pin_alloc,
+    .pin_register = ferry__vkb_pin_register,
+    .pin_release = ferry__vkb_pin_release,
+    .dma_start = ferry__vkb_dma_start,
+    .dma_wait = ferry__vkb_dma_wait,
     .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
     .free_memory = ferry__vkb_free_memory,
     .driver_info = vkb_driver_info,
-    .write_async = ferry__vkb_write_async,
-    .read_async = ferry__vkb_read_async,
-    .wait_slot = ferry__vkb_wait_slot,
     .destroy = vkb_destroy,
 };
 
@@ -207,7 +202,8 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
 /* The queue family ferry exposes: the first that can compute (compute queues can
  * always transfer). And, with FERRY_VULKAN_DEBUG=transferqueue, the first family
  * for transfers alone: its queue then moves bytes between host and device. On
- * the H200 that was 3-5% slower than the exposed queue, so it is not the default. */
+ * the H200 that was slower than the exposed queue (docs/backends/vulkan.md), so
+ * it is not the default. */
 static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint32_t *out_transfer) {
   vkb_device *d = dev->impl;
   uint32_t n = 0;
@@ -275,10 +271,7 @@ static bool host_import_supported(vkb_device *d) {
 static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32_t index) {
   vkb_device *d = dev->impl;
   d->phys = phys;
-  pthread_mutex_init(&d->ring_lock, NULL);
   pthread_mutex_init(&d->alloc_lock, NULL);
-  pthread_mutex_init(&d->pipe_lock, NULL);
-  pthread_rwlock_init(&d->host_lock, NULL);
   pthread_mutex_init(&d->copier.lock, NULL);
   d->locks_ready = true;
 
@@ -289,9 +282,9 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   d->unified = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
   /* A thread that waits for a GPU polls its fence for up to 2 ms before it sleeps:
-   * NVIDIA's vkWaitForFences wakes 20-50 us after the fence signals (a tenth of a
-   * 1 GiB copy within an H200), polling sees it within 1-3 us. A CPU device's
-   * work runs on the host's processors, which polling would take from it. */
+   * NVIDIA's vkWaitForFences wakes long after the fence signals, polling sees it
+   * at once (docs/backends/vulkan.md, "Waiting"). A CPU device's work runs on the
+   * host's processors, which polling would take from it. */
   if (ferry__vkb_opts.spin_us >= 0)
     d->spin_ns = (uint64_t)ferry__vkb_opts.spin_us * 1000;
   else
@@ -430,7 +423,8 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
         .zero_copy = false,
         .host_ptr = d->host_ptr,
         .host_ptr_alignment = d->host_ptr ? d->host_ptr_alignment : 1,
-        .caps = FERRY_CAP_CACHE,
+        /* Buffers that are not mapped (discrete GPUs) are reached through the core's staging only. */
+        .caps = FERRY_CAP_CACHE | (d->mapped ? 0u : FERRY_CAP_STAGE),
     };
     st = ferry__device_add(probe, &desc);
     if (st != FERRY_OK) {
@@ -458,13 +452,6 @@ static const ferry_option_def vulkan_options[] = {
 #endif
      .range = "a library name or path for dlopen",
      .description = "the Vulkan loader to load"},
-    {.name = "FERRY_VULKAN_CHUNK",
-     .type = FERRY_OPTION_BYTES,
-     .min = (uint64_t)64 << 10,
-     .max = (uint64_t)1 << 32,
-     .default_value = "16M",
-     .range = "64K to 4G bytes; suffixes K, M, G, T",
-     .description = "bytes per chunk of the backend's staging ring"},
     {.name = "FERRY_VULKAN_COPY_UNROLL",
      .type = FERRY_OPTION_COUNT,
      .min = 1,
