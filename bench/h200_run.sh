@@ -7,7 +7,7 @@
 # BASE, if given, is another source tree (the code before a change, with this
 # tree's bench/ programs copied in): its benchmarks run in the same session, for
 # before-and-after figures on one machine. PHASES (comma-separated; default all)
-# picks: ctest, cuda, table, sweep, opencl, vulkan, cross, base.
+# picks: ctest, cuda, table, sweep, opencl, vulkan, cross, plot, base.
 set -u
 OUT=${OUT:-$PWD/out}
 PHASES=${PHASES:-ctest,cuda,opencl,vulkan,cross,table,base}
@@ -67,6 +67,11 @@ fi
 if want cross; then
   stamp "bench_cross"
   build/bench/bench_cross
+fi
+if want plot; then
+  stamp "ferry bench on the CUDA device (docs/bench-h200.png)"
+  timeout 150 build/ferry bench --backend cuda --json "$OUT/bench_h200.json" --plot "$OUT/bench_h200.svg" >"$OUT/ferry_bench.txt" 2>&1
+  tail -n 40 "$OUT/ferry_bench.txt"
 fi
 if want base && [ -n "$BASE" ] && [ -d "$BASE" ]; then
   stamp "BASE: build $BASE"
