@@ -22,6 +22,14 @@ rm -rf "$work/repo/bindings/python/build" "$work/repo/bindings/python"/*.egg-inf
   echo "FAIL python_pip: $PYTHON -m venv failed (Debian: apt-get install python3-venv)"
   exit 1
 }
+# NumPy may sit where a virtual environment does not look (the user's site, or a
+# PYTHONPATH entry, as on some GPU machines): then the venv is shown that folder,
+# so that pip finds the dependency installed instead of asking an index for it.
+if ! "$work/venv/bin/python" -c "import numpy" 2>/dev/null; then
+  numpy_site=$("$PYTHON" -c "import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))")
+  PYTHONPATH="$numpy_site${PYTHONPATH:+:$PYTHONPATH}"
+  export PYTHONPATH
+fi
 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 "$work/venv/bin/python" -m pip install -q \
   --no-build-isolation --no-index "$work/repo/bindings/python"
 cd "$work"
