@@ -208,6 +208,9 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* the object lists, co
 static fobj live_head = {.prev = &live_head, .next = &live_head};
 static fobj *zombies;
 static fake_metal_counts counts;
+/* Command buffers committed whose queue thread has not let go of them yet: the
+ * counts wait for none, so that they do not depend on that thread's timing. */
+static _Atomic long in_flight;
 
 typedef struct fdevice {
   fobj h;
@@ -726,6 +729,7 @@ static void *queue_thread(void *arg) {
     pthread_cond_broadcast(&q->cond);
     pthread_mutex_unlock(&q->qlock);
     obj_release(&cb->h); /* the queue's reference, taken at commit */
+    atomic_fetch_sub(&in_flight, 1);
     pthread_mutex_lock(&q->qlock);
   }
   pthread_mutex_unlock(&q->qlock);
@@ -889,6 +893,7 @@ static void commit(fcb *cb) {
   counts.command_buffers++;
   pthread_mutex_unlock(&lock);
   obj_retain(&cb->h); /* the queue's, until it ran */
+  atomic_fetch_add(&in_flight, 1);
   fqueue *q = cb->queue;
   pthread_mutex_lock(&q->qlock);
   atomic_store(&cb->status, CB_COMMITTED);
@@ -1032,6 +1037,8 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
 /* ---- test entry points --------------------------------------------------------------------------- */
 
 static long live_objects(bool print) {
+  for (int i = 0; i < 5000 && atomic_load(&in_flight) > 0; i++)
+    sleep_us(1000);
   long n = 0;
   pthread_mutex_lock(&lock);
   for (fobj *o = live_head.next; o != &live_head; o = o->next) {
@@ -1080,7 +1087,7 @@ __attribute__((destructor)) static void at_exit(void) {
   if (cfg.check_leaks && live_objects(false) > 0) {
     fprintf(stderr, "fake_metal: objects still held at exit:\n");
     fprintf(stderr, "fake_metal: %ld in all\n", live_objects(true));
-    fflush(stderr);
+    fflush(NULL);
     _exit(1);
   }
   while (zombies) {

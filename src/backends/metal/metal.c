@@ -186,7 +186,7 @@ static void device_teardown(metal_device *md) {
 
 static void metal_destroy(ferry_device *dev) { device_teardown(dev->impl); }
 
-/* Apple silicon: shared memory the core touches directly; no pinned blocks, no pipeline. */
+/* Apple silicon: shared memory the core touches directly; no blits for transfers, no pipeline. */
 static const ferry_device_ops unified_ops = {
     .alloc = metal_alloc,
     .free = metal_free,
@@ -196,6 +196,8 @@ static const ferry_device_ops unified_ops = {
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
+    .host_alloc = ferry__metal_host_alloc,
+    .host_free = ferry__metal_host_free,
     .synchronize = metal_synchronize,
     .native = metal_native,
     .free_memory = metal_free_memory,

@@ -129,6 +129,16 @@ static void block_unmake(metal_block *b) {
 
 ferry_status ferry__metal_host_alloc(ferry_device *dev, size_t bytes, void **out) {
   metal_device *md = dev->impl;
+  if (md->unified) {
+    /* Transfers are host copies: any memory is as fast. Whole pages, so that a
+     * block can also be the array of a host-pointer buffer. */
+    char size[64];
+    size_t rounded = (bytes + md->page - 1) & ~(md->page - 1);
+    if (rounded < bytes || rounded > host_ram() || posix_memalign(out, md->page, rounded) != 0)
+      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s on %s", ferry__bytes_text(bytes, size),
+                         dev->label);
+    return FERRY_OK;
+  }
   metal_block *b = malloc(sizeof *b);
   if (!b) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
   ferry_status st = block_make(dev, bytes, b);
@@ -160,6 +170,8 @@ void ferry__metal_host_free(ferry_device *dev, void *ptr, size_t bytes) {
   if (found) {
     block_unmake(found);
     free(found);
+  } else if (md->unified) {
+    free(ptr);
   }
 }
 
