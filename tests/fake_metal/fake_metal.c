@@ -90,9 +90,7 @@ static struct {
   bool old_os, only_default, check_leaks;
 } cfg;
 
-static struct {
-  int skip, times;
-} injections[FAIL_COUNT];
+static struct { int skip, times; } injections[FAIL_COUNT];
 
 static unsigned long long env_bytes(const char *name, unsigned long long fallback) {
   const char *s = getenv(name);
@@ -268,12 +266,12 @@ struct fblit;
 typedef struct fcb {
   fobj h;
   fqueue *queue;
-  _Atomic int status; /* written by the queue's thread under its qlock */
+  _Atomic int status;    /* written by the queue's thread under its qlock */
   struct fblit *encoder; /* the open one, or the last */
   fop *ops;
   size_t op_count, op_capacity;
-  bool fail;      /* injected: ends in error */
-  fnserror *error;  /* set when it ends in error */
+  bool fail;       /* injected: ends in error */
+  fnserror *error; /* set when it ends in error */
   struct fcb *next_in_queue;
 } fcb;
 
@@ -311,7 +309,8 @@ static void *obj_new(kind k, size_t size) {
 /* A receiver or argument that must be a live object (of kind k, unless K_COUNT). */
 static void check_object(const fobj *o, kind k, const char *what) {
   if (!o) misuse("%s: nil where an object is needed", what);
-  if (o->magic == DEAD_MAGIC) misuse("%s: message to a deallocated %s (%p): it was released", what, class_name(o), (const void *)o);
+  if (o->magic == DEAD_MAGIC)
+    misuse("%s: message to a deallocated %s (%p): it was released", what, class_name(o), (const void *)o);
   if (o->magic != LIVE_MAGIC) misuse("%s: %p is not an object of this runtime", what, (const void *)o);
   if (k != K_COUNT && o->kind != k)
     misuse("%s: a %s (%p) where a %s is needed", what, class_name(o), (const void *)o, classes[k].name);
@@ -764,7 +763,8 @@ static bool inject(int which) {
 
 static storage storage_of(const char *call, uintptr_t options) {
   unsigned mode = (unsigned)(options >> 4) & 0xf;
-  if (mode > STORAGE_PRIVATE) misuse("%s: storage mode %u is not one a buffer can have (options 0x%lx)", call, mode, (unsigned long)options);
+  if (mode > STORAGE_PRIVATE)
+    misuse("%s: storage mode %u is not one a buffer can have (options 0x%lx)", call, mode, (unsigned long)options);
   return (storage)mode;
 }
 
@@ -879,14 +879,15 @@ static void blit_copy(fblit *e, uintptr_t src_arg, uintptr_t so, uintptr_t dst_a
     misuse("%s: destination bytes %lu..%lu past the end of a %zu-byte buffer", call, (unsigned long)doff,
            (unsigned long)(doff + size), dst->length);
   if (src == dst && so < doff + size && doff < so + size)
-    misuse("%s: overlapping ranges %lu..%lu and %lu..%lu of one buffer (undefined in Metal)", call,
-           (unsigned long)so, (unsigned long)(so + size), (unsigned long)doff, (unsigned long)(doff + size));
+    misuse("%s: overlapping ranges %lu..%lu and %lu..%lu of one buffer (undefined in Metal)", call, (unsigned long)so,
+           (unsigned long)(so + size), (unsigned long)doff, (unsigned long)(doff + size));
   add_op(e->cb, (fop){.src = src, .dst = dst, .src_offset = so, .dst_offset = doff, .size = size});
 }
 
 static void commit(fcb *cb) {
   if (atomic_load(&cb->status) != CB_NOT_ENQUEUED) misuse("commit: the command buffer was committed already");
-  if (cb->encoder && !cb->encoder->ended) misuse("commit: a blit command encoder is still encoding (endEncoding first)");
+  if (cb->encoder && !cb->encoder->ended)
+    misuse("commit: a blit command encoder is still encoding (endEncoding first)");
   check_object(&cb->queue->h, K_QUEUE, "commit (the command buffer's queue)");
   cb->fail = inject(FAIL_COMMAND_BUFFER);
   pthread_mutex_lock(&lock);
@@ -924,7 +925,8 @@ static _Noreturn void unrecognized(const fobj *self, const fsel *op) {
 
 FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3,
                                 uintptr_t a4) {
-  if (!op || op->magic != SEL_MAGIC) misuse("objc_msgSend: %p is not a selector from sel_registerName", (const void *)op);
+  if (!op || op->magic != SEL_MAGIC)
+    misuse("objc_msgSend: %p is not a selector from sel_registerName", (const void *)op);
   if (!self) return 0; /* a message to nil returns nil */
   check_object(self, K_COUNT, op->name);
   pthread_mutex_lock(&lock);
@@ -1043,7 +1045,8 @@ static long live_objects(bool print) {
   pthread_mutex_lock(&lock);
   for (fobj *o = live_head.next; o != &live_head; o = o->next) {
     n++;
-    if (print) fprintf(stderr, "fake_metal:   %s %p (%ld references)\n", class_name(o), (void *)o, atomic_load(&o->refs));
+    if (print)
+      fprintf(stderr, "fake_metal:   %s %p (%ld references)\n", class_name(o), (void *)o, atomic_load(&o->refs));
   }
   for (int i = 0; i < cfg.devices; i++) {
     long extra = atomic_load(&devices[i].h.refs) - 1;

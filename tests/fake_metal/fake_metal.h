@@ -33,14 +33,14 @@
 #define FERRY_FAKE_METAL_H
 
 typedef struct fake_metal_counts {
-  long live_objects;        /* objects the program holds (device references beyond the system's own included) */
-  long command_buffers;     /* committed */
-  long blits;               /* copyFromBuffer:... commands run */
-  long buffers;             /* newBufferWithLength:options: buffers made */
-  long no_copy_buffers;     /* newBufferWithBytesNoCopy:... buffers made */
-  long no_copy_refused;     /* newBufferWithBytesNoCopy:... calls refused (pointer or length not on pages) */
-  long pools_pushed;        /* objc_autoreleasePoolPush calls */
-  long messages;            /* objc_msgSend calls */
+  long live_objects;    /* objects the program holds (device references beyond the system's own included) */
+  long command_buffers; /* committed */
+  long blits;           /* copyFromBuffer:... commands run */
+  long buffers;         /* newBufferWithLength:options: buffers made */
+  long no_copy_buffers; /* newBufferWithBytesNoCopy:... buffers made */
+  long no_copy_refused; /* newBufferWithBytesNoCopy:... calls refused (pointer or length not on pages) */
+  long pools_pushed;    /* objc_autoreleasePoolPush calls */
+  long messages;        /* objc_msgSend calls */
 } fake_metal_counts;
 
 /* Exported as fake_metal_counts_get, fake_metal_inject and fake_metal_report. */

@@ -30,10 +30,14 @@
 #include <string.h>
 
 static const char *const receiver_names[] = {
-    [MTL_RECV_OBJECT] = "NSObject (on the device)",   [MTL_RECV_DEVICE] = "MTLDevice",
-    [MTL_RECV_QUEUE] = "MTLCommandQueue",             [MTL_RECV_BUFFER] = "MTLBuffer",
-    [MTL_RECV_COMMAND_BUFFER] = "MTLCommandBuffer",   [MTL_RECV_BLIT_ENCODER] = "MTLBlitCommandEncoder",
-    [MTL_RECV_STRING] = "NSString",                   [MTL_RECV_ARRAY] = "NSArray",
+    [MTL_RECV_OBJECT] = "NSObject (on the device)",
+    [MTL_RECV_DEVICE] = "MTLDevice",
+    [MTL_RECV_QUEUE] = "MTLCommandQueue",
+    [MTL_RECV_BUFFER] = "MTLBuffer",
+    [MTL_RECV_COMMAND_BUFFER] = "MTLCommandBuffer",
+    [MTL_RECV_BLIT_ENCODER] = "MTLBlitCommandEncoder",
+    [MTL_RECV_STRING] = "NSString",
+    [MTL_RECV_ARRAY] = "NSArray",
     [MTL_RECV_ERROR] = "NSError",
 };
 
@@ -107,7 +111,8 @@ int main(int argc, char **argv) {
       [MTL_RECV_OBJECT] = {object_class((mtl_id)nat.device), NULL},
       [MTL_RECV_DEVICE] = {object_class((mtl_id)nat.device), NULL},
       [MTL_RECV_QUEUE] = {object_class((mtl_id)nat.queue), NULL},
-      [MTL_RECV_BUFFER] = {object_class((mtl_id)ferry_device_ptr(plain)), object_class((mtl_id)ferry_device_ptr(wrapped))},
+      [MTL_RECV_BUFFER] = {object_class((mtl_id)ferry_device_ptr(plain)),
+                           object_class((mtl_id)ferry_device_ptr(wrapped))},
       [MTL_RECV_COMMAND_BUFFER] = {object_class(cb), NULL},
       [MTL_RECV_BLIT_ENCODER] = {object_class(encoder), NULL},
       [MTL_RECV_STRING] = {object_class(mtl_name((mtl_id)nat.device)), NULL},

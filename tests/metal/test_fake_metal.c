@@ -48,7 +48,7 @@ static mtl_id device(size_t i) {
 /* didModifyRange: takes an NSRange: two NSUInteger, passed as two integer arguments. */
 static void did_modify_range(mtl_id buffer, mtl_uint location, mtl_uint length) {
   ((void (*)(mtl_id, mtl_sel, mtl_uint, mtl_uint))rt->msg_send)(buffer, rt->sel_register_name("didModifyRange:"),
-                                                                 location, length);
+                                                                location, length);
 }
 
 static void synchronize_resource(mtl_id encoder, mtl_id resource) {

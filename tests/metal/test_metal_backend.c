@@ -236,9 +236,9 @@ static void pinned_and_pipeline(ferry_device *dev) {
   ferry_buffer b = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
   fill_pattern(block, bytes, 60);
-  CHECK_OK(ferry_write(b, 0, block, bytes));                /* straight from the block */
-  CHECK_OK(ferry_write(b, 4096 + 3, block + 5, 1000));      /* from the block, not on words */
-  CHECK_OK(ferry_read(b, 0, other, bytes));                 /* straight into the block */
+  CHECK_OK(ferry_write(b, 0, block, bytes));           /* straight from the block */
+  CHECK_OK(ferry_write(b, 4096 + 3, block + 5, 1000)); /* from the block, not on words */
+  CHECK_OK(ferry_read(b, 0, other, bytes));            /* straight into the block */
   unsigned char *model = malloc(bytes);
   fill_pattern(model, bytes, 60);
   memcpy(model + 4096 + 3, model + 5, 1000);
@@ -254,14 +254,16 @@ static void pinned_and_pipeline(ferry_device *dev) {
     const size_t piece = bytes / 8;
     fill_pattern(block, bytes, 61);
     for (size_t i = 0; i < 8; i++)
-      CHECK_OK(ops->write_async(dev, &slot->mem, i * piece, block + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
+      CHECK_OK(
+          ops->write_async(dev, &slot->mem, i * piece, block + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
     for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
       CHECK_OK(ops->wait_slot(dev, k));
     CHECK_OK(ferry_read(b, 0, other, bytes));
     CHECK_MSG(find_pattern_mismatch(other, bytes, 61) == SIZE_MAX, "after write_async");
     memset(other, 0, bytes);
     for (size_t i = 0; i < 8; i++)
-      CHECK_OK(ops->read_async(dev, &slot->mem, i * piece, other + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
+      CHECK_OK(
+          ops->read_async(dev, &slot->mem, i * piece, other + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
     for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
       CHECK_OK(ops->wait_slot(dev, k));
     CHECK_MSG(find_pattern_mismatch(other, bytes, 61) == SIZE_MAX, "after read_async");

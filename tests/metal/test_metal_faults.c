@@ -186,8 +186,7 @@ static void no_copy_refused(ferry_device *dev, bool unified) {
   CHECK_OK(ferry_alloc_host_ptr(dev, ferry_array_of(array, bytes, FERRY_UINT8), &b, &why));
   CHECK_OK(ferry_free(b));
   /* Not on pages: refused by the page size, before Metal is asked. */
-  CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(array + 64, page, FERRY_UINT8), &b, &why),
-               FERRY_ERROR_REFUSED);
+  CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(array + 64, page, FERRY_UINT8), &b, &why), FERRY_ERROR_REFUSED);
   CHECK(why == FERRY_REFUSAL_MISALIGNED);
   CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(array, page + 4, FERRY_UINT8), &b, &why), FERRY_ERROR_REFUSED);
   CHECK(why == FERRY_REFUSAL_BAD_LENGTH);

@@ -18,10 +18,10 @@
 #define GRAPHICS_DEFAULT_PATH "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
 
 const ferry_metal_method ferry__metal_methods[MTL_METHOD_COUNT] = {
-#define MTL_TABLE_G0(ret, fn, sel, recv, enc)             {sel, #fn, enc, recv},
+#define MTL_TABLE_G0(ret, fn, sel, recv, enc)              {sel, #fn, enc, recv},
 #define MTL_TABLE_G(ret, fn, sel, recv, enc, params, args) {sel, #fn, enc, recv},
-#define MTL_TABLE_V0(fn, sel, recv, enc)                  {sel, #fn, enc, recv},
-#define MTL_TABLE_V(fn, sel, recv, enc, params, args)     {sel, #fn, enc, recv},
+#define MTL_TABLE_V0(fn, sel, recv, enc)                   {sel, #fn, enc, recv},
+#define MTL_TABLE_V(fn, sel, recv, enc, params, args)      {sel, #fn, enc, recv},
     FERRY_METAL_METHODS(MTL_TABLE_G0, MTL_TABLE_G, MTL_TABLE_V0, MTL_TABLE_V)
 #undef MTL_TABLE_G0
 #undef MTL_TABLE_G

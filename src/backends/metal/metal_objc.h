@@ -98,8 +98,8 @@ typedef enum mtl_receiver {
   /* NSObject */                                                                                                       \
   G0(mtl_id, mtl_retain, "retain", MTL_RECV_OBJECT, "@@:")                                                             \
   V0(mtl_release, "release", MTL_RECV_OBJECT, "Vv@:")                                                                  \
-  G(mtl_bool, mtl_responds_to_selector, "respondsToSelector:", MTL_RECV_OBJECT, MTL_ENC_BOOL "@::", (mtl_sel selector),  \
-    (selector))                                                                                                        \
+  G(mtl_bool, mtl_responds_to_selector, "respondsToSelector:", MTL_RECV_OBJECT,                                        \
+    MTL_ENC_BOOL "@::", (mtl_sel selector), (selector))                                                                \
   /* NSString, NSArray, NSError */                                                                                     \
   G0(const char *, mtl_utf8_string, "UTF8String", MTL_RECV_STRING, "r*@:")                                             \
   G0(mtl_uint, mtl_count, "count", MTL_RECV_ARRAY, "Q@:")                                                              \
@@ -116,9 +116,9 @@ typedef enum mtl_receiver {
   G0(mtl_id, mtl_new_command_queue, "newCommandQueue", MTL_RECV_DEVICE, "@@:")                                         \
   G(mtl_id, mtl_new_buffer_with_length, "newBufferWithLength:options:", MTL_RECV_DEVICE, "@@:QQ",                      \
     (mtl_uint length, mtl_uint options), (length, options))                                                            \
-  G(mtl_id, mtl_new_buffer_with_bytes_no_copy, "newBufferWithBytesNoCopy:length:options:deallocator:",                 \
-    MTL_RECV_DEVICE, "@@:^vQQ@?", (void *pointer, mtl_uint length, mtl_uint options, void *deallocator),               \
-    (pointer, length, options, deallocator))                                                                           \
+  G(mtl_id, mtl_new_buffer_with_bytes_no_copy,                                                                         \
+    "newBufferWithBytesNoCopy:length:options:deallocator:", MTL_RECV_DEVICE, "@@:^vQQ@?",                              \
+    (void *pointer, mtl_uint length, mtl_uint options, void *deallocator), (pointer, length, options, deallocator))    \
   /* MTLBuffer */                                                                                                      \
   G0(void *, mtl_contents, "contents", MTL_RECV_BUFFER, "^v@:")                                                        \
   /* MTLCommandQueue, MTLCommandBuffer, MTLBlitCommandEncoder */                                                       \
@@ -129,17 +129,18 @@ typedef enum mtl_receiver {
   G0(mtl_uint, mtl_status, "status", MTL_RECV_COMMAND_BUFFER, "Q@:")                                                   \
   G0(mtl_id, mtl_error, "error", MTL_RECV_COMMAND_BUFFER, "@@:")                                                       \
   V(mtl_copy_from_buffer, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", MTL_RECV_BLIT_ENCODER,       \
-    "v@:@Q@QQ", (mtl_id source, mtl_uint source_offset, mtl_id destination, mtl_uint destination_offset, mtl_uint size), \
+    "v@:@Q@QQ",                                                                                                        \
+    (mtl_id source, mtl_uint source_offset, mtl_id destination, mtl_uint destination_offset, mtl_uint size),           \
     (source, source_offset, destination, destination_offset, size))                                                    \
   V0(mtl_end_encoding, "endEncoding", MTL_RECV_BLIT_ENCODER, "v@:")
 
 #define MTL_UNPAREN(...) __VA_ARGS__
 
 enum {
-#define MTL_ENUM_G0(ret, fn, sel, recv, enc)             MTL_SEL_##fn,
+#define MTL_ENUM_G0(ret, fn, sel, recv, enc)              MTL_SEL_##fn,
 #define MTL_ENUM_G(ret, fn, sel, recv, enc, params, args) MTL_SEL_##fn,
-#define MTL_ENUM_V0(fn, sel, recv, enc)                  MTL_SEL_##fn,
-#define MTL_ENUM_V(fn, sel, recv, enc, params, args)     MTL_SEL_##fn,
+#define MTL_ENUM_V0(fn, sel, recv, enc)                   MTL_SEL_##fn,
+#define MTL_ENUM_V(fn, sel, recv, enc, params, args)      MTL_SEL_##fn,
   FERRY_METAL_METHODS(MTL_ENUM_G0, MTL_ENUM_G, MTL_ENUM_V0, MTL_ENUM_V)
 #undef MTL_ENUM_G0
 #undef MTL_ENUM_G
@@ -164,9 +165,9 @@ typedef struct ferry_metal_runtime {
   void (*msg_send)(void); /* objc_msgSend: only ever called through a cast to the method's prototype */
   mtl_sel sel[MTL_METHOD_COUNT];
   mtl_sel (*sel_register_name)(const char *name);
-  void *(*pool_push)(void);     /* objc_autoreleasePoolPush */
-  void (*pool_pop)(void *pool); /* objc_autoreleasePoolPop */
-  mtl_id (*copy_all_devices)(void);              /* MTLCopyAllDevices (+1 NSArray); NULL where Metal lacks it */
+  void *(*pool_push)(void);                     /* objc_autoreleasePoolPush */
+  void (*pool_pop)(void *pool);                 /* objc_autoreleasePoolPop */
+  mtl_id (*copy_all_devices)(void);             /* MTLCopyAllDevices (+1 NSArray); NULL where Metal lacks it */
   mtl_id (*create_system_default_device)(void); /* MTLCreateSystemDefaultDevice (+1); NULL if absent */
   void *objc_library, *metal_library, *graphics_library;
   char objc_path[512], metal_path[512];
@@ -190,16 +191,16 @@ bool ferry__metal_loaded(void);
 
 #define MTL_WRAP_G0(ret, fn, selname, recv, enc)                                                                       \
   static inline ret fn(mtl_id self) {                                                                                  \
-    return ((ret(*)(mtl_id, mtl_sel))ferry__metal_rt.msg_send)(self, ferry__metal_rt.sel[MTL_SEL_##fn]);             \
+    return ((ret(*)(mtl_id, mtl_sel))ferry__metal_rt.msg_send)(self, ferry__metal_rt.sel[MTL_SEL_##fn]);               \
   }
 #define MTL_WRAP_G(ret, fn, selname, recv, enc, params, args)                                                          \
   static inline ret fn(mtl_id self, MTL_UNPAREN params) {                                                              \
-    return ((ret(*)(mtl_id, mtl_sel, MTL_UNPAREN params))ferry__metal_rt.msg_send)(                                   \
+    return ((ret(*)(mtl_id, mtl_sel, MTL_UNPAREN params))ferry__metal_rt.msg_send)(                                    \
         self, ferry__metal_rt.sel[MTL_SEL_##fn], MTL_UNPAREN args);                                                    \
   }
 #define MTL_WRAP_V0(fn, selname, recv, enc)                                                                            \
   static inline void fn(mtl_id self) {                                                                                 \
-    ((void (*)(mtl_id, mtl_sel))ferry__metal_rt.msg_send)(self, ferry__metal_rt.sel[MTL_SEL_##fn]);                   \
+    ((void (*)(mtl_id, mtl_sel))ferry__metal_rt.msg_send)(self, ferry__metal_rt.sel[MTL_SEL_##fn]);                    \
   }
 #define MTL_WRAP_V(fn, selname, recv, enc, params, args)                                                               \
   static inline void fn(mtl_id self, MTL_UNPAREN params) {                                                             \

@@ -325,8 +325,8 @@ ferry_status ferry__metal_read(ferry_device *dev, const ferry_mem *src, size_t o
 /* ---- within the device ------------------------------------------------------------------- */
 
 /* A few bytes (less than a word) through the host. */
-static ferry_status copy_bytes_via_host(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst,
-                                        size_t doff, size_t bytes) {
+static ferry_status copy_bytes_via_host(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                                        size_t bytes) {
   unsigned char tmp[4];
   ferry_status st = ferry__metal_read(dev, src, so, tmp, bytes);
   return st == FERRY_OK ? ferry__metal_write(dev, dst, doff, tmp, bytes) : st;
@@ -402,7 +402,8 @@ static ferry_status slot_start(ferry_device *dev, ferry_mem *mem, size_t offset,
   mtl_id block;
   size_t at;
   if (mem->host || !words(offset, bytes) || !block_find(md, pinned, bytes, &block, &at) || at % 4)
-    return to_device ? ferry__metal_write(dev, mem, offset, pinned, bytes) : ferry__metal_read(dev, mem, offset, pinned, bytes);
+    return to_device ? ferry__metal_write(dev, mem, offset, pinned, bytes)
+                     : ferry__metal_read(dev, mem, offset, pinned, bytes);
   blit_op op = to_device ? (blit_op){block, at, buffer_of(mem), offset, bytes}
                          : (blit_op){buffer_of(mem), offset, block, at, bytes};
   return blit_start(dev, &op, 1, &md->slot_wait[slot]);
