@@ -1,13 +1,19 @@
-# The README's two commands:
+# The README's commands:
 #   make run    build, then `ferry info` and a quick benchmark on every device present
 #   make test   build, then every test (a backend whose driver is absent is skipped, by name)
+#   make install PREFIX=dir   build, then install everything a user needs under dir
 # Options: BUILD=dir (default build), CMAKE_FLAGS="-DFERRY_SANITIZE=address", JOBS=n.
+
+# No "Entering directory" lines from make, here or in the builds it starts.
+MAKEFLAGS += --no-print-directory
 
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+PREFIX ?= /usr/local
+PYTHON ?= python3
 
-.PHONY: all build run test clean format
+.PHONY: all build run test clean format install install-files install-python
 
 all: build
 
@@ -27,8 +33,27 @@ test: build
 	@echo "backends:"
 	@./$(BUILD)/tests/ferry_conformance --backends
 
+# Everything a user needs, under PREFIX: libferry (shared and static), ferry.h,
+# the CMake package, ferry.pc and the ferry command; the OCaml library `ferry`
+# where ocamlfind and dune are present (OCAMLPATH=PREFIX/lib); the Python package
+# where python3-dev is. install-files is the C and OCaml steps without the build
+# (the install ctests run it), install-python the Python step: one line per part.
+install: build
+	$(MAKE) --no-print-directory install-files BUILD=$(BUILD) PREFIX=$(PREFIX)
+	$(MAKE) --no-print-directory install-python PREFIX=$(PREFIX)
+
+install-files:
+	cmake --install $(BUILD) --prefix $(PREFIX)
+	sh bindings/ocaml/install.sh $(BUILD) $(PREFIX)
+
+# The Python package `ferry` for $(PYTHON) under $(PREFIX) (bindings/python/install.sh;
+# skipped, saying why, without python3-dev).
+install-python:
+	PYTHON=$(PYTHON) sh bindings/python/install.sh $(PREFIX)
+
 format:
 	clang-format -i include/*.h src/*/*.[ch] src/backends/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch]
 
 clean:
 	rm -rf $(BUILD)
+

@@ -1,26 +1,33 @@
+/* A focused study beside `ferry bench`: the issue-5 targets (pass or miss), ferry from pageable memory against
+ * cuMemcpy from pinned memory, 64-byte latency on a plain cuMemAlloc buffer, each FERRY_CUDA_H2D way, and (--sweep)
+ * the staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS: none of which ferry bench measures. */
 /*
  * bench_cuda: ferry's cuda backend against the raw driver calls, on each CUDA
  * device, in one run on one set of memory (the issue-5 figures).
  *
- *   bench_cuda [--quick] [--csv FILE] [--device N] [--sweep]
+ *   bench_cuda [--quick] [--targets] [--csv FILE] [--device N] [--sweep]
  *
  * Each figure is the median of repeats (9; 5 for 1 GiB transfers; 3 with
  * --quick; ferry's and the raw call's repeats alternate, each after one untimed
  * call), the raw call measured in the same run, and the ratio:
  *  - h2d / d2h of 1 GiB from malloc'd memory: ferry vs cuMemcpy from the same
- *    pageable memory, and vs cuMemcpy from cuMemAllocHost memory (target: ferry
- *    at least 50 GB/s);
+ *    pageable memory, and vs cuMemcpy from cuMemAllocHost memory (target: at
+ *    least 0.95x of pinned);
+ *  - h2d / d2h of 4, 16, 64 MiB from malloc'd memory vs cuMemcpy from
+ *    cuMemAllocHost memory of the same size (targets: 0.5x, 0.7x, 0.85x);
  *  - h2d / d2h of 1 GiB from ferry_host_alloc memory vs cuMemcpy from
  *    cuMemAllocHost memory (target: at least 0.98x);
  *  - d2d of 1 GiB vs cuMemcpyDtoD + cuCtxSynchronize (target: at least 0.98x);
  *  - ferry_alloc + ferry_free pairs of 256 B, 64 KiB, 16 MiB vs cuMemAlloc +
  *    cuMemFree (target: at most 0.2 us a pair);
- *  - 64-byte h2d / d2h latency vs the raw call on a plain cuMemAlloc buffer
- *    (target: at most 1.1x), and, for information, each FERRY_CUDA_H2D way;
+ *  - 64-byte h2d latency vs a raw call that completes (cuMemcpyHtoD +
+ *    cuCtxSynchronize; target: at most 1.05x), d2h vs cuMemcpyDtoH (at most
+ *    1.1x), and, for information, each FERRY_CUDA_H2D way;
  *  - a bandwidth table from 4 KiB to 1 GiB (powers of 4) for every path.
- * --quick uses sizes up to 4 MiB (for the fake driver in CI). --sweep adds the
- * core's staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS
- * settings. The results go to stdout as a table, and with --csv to FILE, one
+ * --quick uses sizes up to 4 MiB (for the fake driver in CI); --targets stops
+ * after the rows with targets (no table, no FERRY_CUDA_H2D ways). --sweep adds the
+ * engine's staging at 4, 16 and 64 MiB under forced piece sizes and copy-thread
+ * counts. The results go to stdout as a table, and with --csv to FILE, one
  * line per row.
  */
 #include "backends/cuda/cuda_api.h"
@@ -35,7 +42,7 @@
 
 #define MAX_SAMPLES 64
 
-static bool quick, sweep;
+static bool quick, sweep, targets_only;
 static FILE *csv;
 static const ferry_cuda_api *api;
 static const raw_ops *raw_calls;
@@ -67,6 +74,7 @@ typedef enum job_kind {
   PLAIN_H2D,      /* cuMemcpyHtoD into a plain cuMemAlloc buffer (no SYNC_MEMOPS) */
   PLAIN_D2H,      /* cuMemcpyDtoH from it */
   PLAIN_H2D_SYNC, /* the same, then cuStreamSynchronize of the legacy stream */
+  PLAIN_H2D_CTX,  /* the same, then cuCtxSynchronize */
 } job_kind;
 
 typedef struct job {
@@ -100,6 +108,9 @@ static void run(const job *j) {
   case PLAIN_D2H: rc = api->cuMemcpyDtoH(j->host, j->plain, j->bytes) != FCU_SUCCESS; break;
   case PLAIN_H2D_SYNC:
     rc = api->cuMemcpyHtoD(j->plain, j->host, j->bytes) != FCU_SUCCESS || api->cuStreamSynchronize(NULL) != FCU_SUCCESS;
+    break;
+  case PLAIN_H2D_CTX:
+    rc = api->cuMemcpyHtoD(j->plain, j->host, j->bytes) != FCU_SUCCESS || api->cuCtxSynchronize() != FCU_SUCCESS;
     break;
   }
   if (st != FERRY_OK) die("%s: %s", ferry_status_name(st), ferry_last_error());
@@ -287,15 +298,28 @@ static void bench_device(ferry_device *dev) {
   print_header();
   char name[96];
   snprintf(name, sizeof name, "h2d %s from malloc'd memory", big_text);
-  bandwidth_row(name, JOB(FERRY_WRITE, pageable_src, big), JOB(RAW_H2D, pageable_src, big),
-                "cuMemcpyHtoD from the same malloc'd memory", MIN_GBS, 50);
   bandwidth_row(name, JOB(FERRY_WRITE, pageable_src, big), JOB(RAW_H2D, raw_pinned, big),
-                "cuMemcpyHtoD from cuMemAllocHost memory", NO_TARGET, 0);
+                "cuMemcpyHtoD from cuMemAllocHost memory", MIN_RATIO, 0.95);
+  bandwidth_row(name, JOB(FERRY_WRITE, pageable_src, big), JOB(RAW_H2D, pageable_src, big),
+                "cuMemcpyHtoD from the same malloc'd memory", NO_TARGET, 0);
   snprintf(name, sizeof name, "d2h %s to malloc'd memory", big_text);
-  bandwidth_row(name, JOB(FERRY_READ, pageable_dst, big), JOB(RAW_D2H, pageable_dst, big),
-                "cuMemcpyDtoH to the same malloc'd memory", MIN_GBS, 50);
   bandwidth_row(name, JOB(FERRY_READ, pageable_dst, big), JOB(RAW_D2H, raw_pinned, big),
-                "cuMemcpyDtoH to cuMemAllocHost memory", NO_TARGET, 0);
+                "cuMemcpyDtoH to cuMemAllocHost memory", MIN_RATIO, 0.95);
+  bandwidth_row(name, JOB(FERRY_READ, pageable_dst, big), JOB(RAW_D2H, pageable_dst, big),
+                "cuMemcpyDtoH to the same malloc'd memory", NO_TARGET, 0);
+  /* Mid sizes from pageable memory against pinned: where the choice of path and piece shows. */
+  const size_t mid_sizes[] = {(size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20};
+  const double mid_targets[] = {0.5, 0.7, 0.85};
+  for (size_t i = 0; i < 3 && mid_sizes[i] <= big; i++) {
+    char mid[32];
+    size_text(mid_sizes[i], mid, sizeof mid);
+    snprintf(name, sizeof name, "h2d %s from malloc'd memory", mid);
+    bandwidth_row(name, JOB(FERRY_WRITE, pageable_src, mid_sizes[i]), JOB(RAW_H2D, raw_pinned, mid_sizes[i]),
+                  "cuMemcpyHtoD from cuMemAllocHost memory", MIN_RATIO, mid_targets[i]);
+    snprintf(name, sizeof name, "d2h %s to malloc'd memory", mid);
+    bandwidth_row(name, JOB(FERRY_READ, pageable_dst, mid_sizes[i]), JOB(RAW_D2H, raw_pinned, mid_sizes[i]),
+                  "cuMemcpyDtoH to cuMemAllocHost memory", MIN_RATIO, mid_targets[i]);
+  }
   snprintf(name, sizeof name, "h2d %s from ferry_host_alloc memory", big_text);
   bandwidth_row(name, JOB(FERRY_WRITE, ferry_pinned, big), JOB(RAW_H2D, raw_pinned, big),
                 "cuMemcpyHtoD from cuMemAllocHost memory", MIN_RATIO, 0.98);
@@ -316,8 +340,10 @@ static void bench_device(ferry_device *dev) {
   /* 64-byte latency. */
   unsigned char *small = must_malloc(4096);
   int small_iters = quick ? 100 : 2000;
+  latency_row("h2d 64 B from malloc'd memory", JOB(FERRY_WRITE, small, 64), JOB(PLAIN_H2D_CTX, small, 64),
+              "cuMemcpyHtoD + cuCtxSynchronize, plain", MAX_RATIO, 1.05, small_iters);
   latency_row("h2d 64 B from malloc'd memory", JOB(FERRY_WRITE, small, 64), JOB(PLAIN_H2D, small, 64),
-              "cuMemcpyHtoD, plain cuMemAlloc buffer", MAX_RATIO, 1.1, small_iters);
+              "cuMemcpyHtoD, plain cuMemAlloc buffer", NO_TARGET, 0, small_iters);
   latency_row("h2d 64 B from malloc'd memory", JOB(FERRY_WRITE, small, 64), JOB(RAW_H2D, small, 64),
               "cuMemcpyHtoD into the same ferry buffer", NO_TARGET, 0, small_iters);
   latency_row("h2d 64 B from malloc'd memory", JOB(FERRY_WRITE, small, 64), JOB(PLAIN_H2D_SYNC, small, 64),
@@ -330,9 +356,9 @@ static void bench_device(ferry_device *dev) {
               "cuMemcpyHtoD, plain cuMemAlloc buffer", NO_TARGET, 0, small_iters);
 
   /* The bandwidth table: every path, 4 KiB to the big size, powers of 4. */
-  printf("\nbandwidth by size (ferry vs the raw call in the same run)\n");
-  print_header();
-  for (size_t size = 4096; size <= big; size *= 4) {
+  if (!targets_only) printf("\nbandwidth by size (ferry vs the raw call in the same run)\n");
+  if (!targets_only) print_header();
+  for (size_t size = 4096; size <= big && !targets_only; size *= 4) {
     bandwidth_row("table: h2d from malloc'd memory", JOB(FERRY_WRITE, pageable_src, size),
                   JOB(RAW_H2D, pageable_src, size), "cuMemcpyHtoD from the same memory", NO_TARGET, 0);
     bandwidth_row("table: d2h to malloc'd memory", JOB(FERRY_READ, pageable_dst, size),
@@ -415,19 +441,29 @@ static void h2d_modes(size_t index) {
   }
 }
 
-/* --sweep: the core's staging pipeline under other slot sizes and copy-thread
- * counts (FERRY_STAGE_BYTES, FERRY_COPY_THREADS), for tuning its defaults. */
+/* --sweep: the engine's staging under forced piece sizes and copy-thread counts
+ * (FERRY_STAGE_BYTES with FERRY_STAGE_MIN=64K, FERRY_COPY_THREADS), and under
+ * its own plan with other thread counts, at 4, 16 and 64 MiB: for checking the
+ * plan the measured figures give against what each setting moves. */
 static void pipeline_sweep(size_t index) {
-  static const char *const slots[] = {"2M", "4M", "8M", "16M"};
-  static const char *const threads[] = {"4", "8", "16"};
-  size_t big = quick ? ((size_t)16 << 20) : ((size_t)1 << 30);
+  static const char *const pieces[] = {"", "512K", "1M", "2M", "4M", "8M"};
+  static const char *const threads[] = {"8", "16"};
+  size_t big = quick ? ((size_t)16 << 20) : ((size_t)64 << 20);
   unsigned char *src = must_malloc(big), *dst = must_malloc(big);
-  printf("\nthe staging pipeline by FERRY_STAGE_BYTES and FERRY_COPY_THREADS (device %zu)\n", index);
+  void *pinned = NULL;
+  printf("\nthe engine by FERRY_STAGE_BYTES and FERRY_COPY_THREADS (device %zu; pieces \"plan\": the engine's own)\n",
+         index);
   print_header();
-  for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+  for (size_t pi = 0; pi < sizeof pieces / sizeof pieces[0]; pi++) {
     for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
       ferry_shutdown();
-      setenv("FERRY_STAGE_BYTES", slots[si], 1);
+      if (pieces[pi][0]) {
+        setenv("FERRY_STAGE_BYTES", pieces[pi], 1);
+        setenv("FERRY_STAGE_MIN", "64K", 1);
+      } else {
+        unsetenv("FERRY_STAGE_BYTES");
+        unsetenv("FERRY_STAGE_MIN");
+      }
       setenv("FERRY_COPY_THREADS", threads[ti], 1);
       ferry_device *dev;
       if (ferry_init() != FERRY_OK || ferry_device_get(index, &dev) != FERRY_OK)
@@ -440,29 +476,36 @@ static void pipeline_sweep(size_t index) {
       char why[256];
       raw_baseline *raw = raw_calls->open(dev, why);
       if (!raw) die("raw baseline: %s", why);
+      pinned = raw_calls->host_alloc(raw, big);
+      if (!pinned) die("cuMemAllocHost of %zu bytes failed", big);
       ferry_buffer a;
       if (ferry_alloc(dev, big, FERRY_UINT8, &a) != FERRY_OK) die("ferry_alloc: %s", ferry_last_error());
-      const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, big};
-      for (size_t z = 0; z < 3; z++) {
-        if (sizes[z] > big || (z < 2 && sizes[z] == big)) continue;
+      if (ferry_write(a, 0, src, big) != FERRY_OK) die("ferry_write: %s", ferry_last_error()); /* measures */
+      const size_t sizes[] = {(size_t)4 << 20, (size_t)16 << 20, (size_t)64 << 20};
+      for (size_t z = 0; z < 3 && sizes[z] <= big; z++) {
         char name[96];
-        snprintf(name, sizeof name, "sweep slots=%s threads=%s: h2d", slots[si], threads[ti]);
+        snprintf(name, sizeof name, "sweep pieces=%s threads=%s: h2d", pieces[pi][0] ? pieces[pi] : "plan",
+                 threads[ti]);
         job f = {.kind = FERRY_WRITE, .dev = dev, .raw = raw, .a = a, .host = src, .bytes = sizes[z]};
         job r = f;
         r.kind = RAW_H2D;
-        bandwidth_row(name, f, r, "cuMemcpyHtoD from the same memory", NO_TARGET, 0);
-        snprintf(name, sizeof name, "sweep slots=%s threads=%s: d2h", slots[si], threads[ti]);
+        r.host = pinned;
+        bandwidth_row(name, f, r, "cuMemcpyHtoD from cuMemAllocHost memory", NO_TARGET, 0);
+        snprintf(name, sizeof name, "sweep pieces=%s threads=%s: d2h", pieces[pi][0] ? pieces[pi] : "plan",
+                 threads[ti]);
         f.kind = FERRY_READ;
-        f.host = r.host = dst;
+        f.host = dst;
         r.kind = RAW_D2H;
-        bandwidth_row(name, f, r, "cuMemcpyDtoH to the same memory", NO_TARGET, 0);
+        bandwidth_row(name, f, r, "cuMemcpyDtoH to cuMemAllocHost memory", NO_TARGET, 0);
       }
       ferry_free(a);
+      raw_calls->host_free(raw, pinned);
       raw_calls->close(raw);
     }
   }
   ferry_shutdown();
   unsetenv("FERRY_STAGE_BYTES");
+  unsetenv("FERRY_STAGE_MIN");
   unsetenv("FERRY_COPY_THREADS");
   free(src);
   free(dst);
@@ -481,8 +524,10 @@ int main(int argc, char **argv) {
       only = strtol(argv[++i], NULL, 10);
     else if (strcmp(argv[i], "--sweep") == 0)
       sweep = true;
+    else if (strcmp(argv[i], "--targets") == 0)
+      targets_only = true;
     else {
-      fprintf(stderr, "usage: bench_cuda [--quick] [--csv FILE] [--device N] [--sweep]\n");
+      fprintf(stderr, "usage: bench_cuda [--quick] [--targets] [--csv FILE] [--device N] [--sweep]\n");
       return 2;
     }
   }
@@ -520,7 +565,7 @@ int main(int argc, char **argv) {
     bench_device(dev);
     if (first == (size_t)-1) first = cuda.first_device + d;
   }
-  if (first != (size_t)-1) h2d_modes(first);
+  if (first != (size_t)-1 && !targets_only) h2d_modes(first);
   if (first != (size_t)-1 && sweep) pipeline_sweep(first);
   ferry_shutdown();
   printf("\n%d target(s) missed; %.1f s\n", failed_targets, bench_seconds() - t0);

@@ -1,3 +1,5 @@
+/* A focused study beside `ferry bench`: Vulkan's copies against CUDA's own on the same GPU (an API against another,
+ * not against Vulkan's raw calls), and the Vulkan targets (pass or miss): neither of which ferry bench measures. */
 /*
  * bench_vulkan: ferry's transfers on every Vulkan device against the raw calls
  * measured in the same run, on the same buffers (tools/raw/raw_vulkan.c), and where

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /*
  * ferry: one memory API over every compute device on a machine.
  *
@@ -11,8 +12,8 @@
  *  - A failed call changes nothing: no buffer content, no handle, no host memory.
  *  - ferry_last_error() gives this thread's sentence about its last failure, with
  *    the numbers (sizes, offsets, device, driver call and code).
- *  - Every function may be called from any thread at once, except
- *    ferry_shutdown(), which must not race any other ferry call.
+ *  - Every function may be called from any thread at once, ferry_shutdown()
+ *    included (it waits for the calls in flight).
  */
 #ifndef FERRY_H
 #define FERRY_H
@@ -53,7 +54,7 @@ typedef enum ferry_status {
   FERRY_ERROR_OUT_OF_RANGE,     /* offset + bytes runs past the end of a buffer */
   FERRY_ERROR_STALE_BUFFER,     /* the handle was freed already (use after free, double free) or never existed */
   FERRY_ERROR_UNSUPPORTED,      /* this device cannot do this (alloc_zero_copy on a GPU) */
-  FERRY_ERROR_REFUSED,          /* alloc_host_ptr refused; the reason is in *out_refusal */
+  FERRY_ERROR_REFUSED,          /* alloc_host_ptr (or a DLPack import) refused; the reason is in *out_refusal */
   FERRY_ERROR_OUT_OF_MEMORY,    /* device or host memory exhausted (after releasing cached memory) */
   FERRY_ERROR_NO_DEVICE,        /* device index out of range */
   FERRY_ERROR_BACKEND,          /* a driver call failed; the message names the call and the driver's code */
@@ -125,16 +126,30 @@ FERRY_API ferry_array ferry_array_of(void *data, size_t length, ferry_kind kind)
 typedef struct ferry_device ferry_device;
 
 /* Starts every backend and numbers their devices. Optional: any call initialises
- * on first use. Idempotent. Fails only when FERRY_BACKENDS names a backend this
- * build does not have (FERRY_ERROR_INVALID_ARGUMENT); a backend whose driver is
- * missing just has no devices (see ferry_backend_get). */
+ * on first use. Idempotent. Reads the settings (see ferry_set_option) and fails
+ * with FERRY_ERROR_INVALID_ARGUMENT when one of them is wrong (FERRY_BACKENDS
+ * naming a backend this build does not have, or none; a byte count that does not
+ * parse, ...); a backend whose driver is missing just has no devices (see
+ * ferry_backend_get). */
 FERRY_API ferry_status ferry_init(void);
 
 /* Frees every buffer, cached allocation, pinned host block and device, and unloads
  * the drivers. Every buffer handle and device pointer becomes stale; a later call
- * initialises again, and old handles stay stale. With FERRY_DEBUG=leaks in the
- * environment, prints every buffer still live to stderr first. Must not race any
- * other ferry call. */
+ * initialises again, and old handles stay stale, whatever happened before. Memory
+ * that DLPack tensors still hold is released too (their deleters stay safe to call
+ * later; see ferry_dlpack_export), and imported tensors' deleters run. With
+ * FERRY_DEBUG=leaks in the environment, prints every buffer still live to stderr
+ * first. Safe while other threads are inside ferry calls: it waits for the calls
+ * in flight (a transfer finishes, on the buffer it started with), and calls that
+ * arrive meanwhile wait for it, then start ferry again; a handle or device pointer
+ * of the ended session then fails cleanly (FERRY_ERROR_STALE_BUFFER,
+ * FERRY_ERROR_INVALID_ARGUMENT). The handle table itself is kept (128 bytes
+ * per buffer that was ever live at once), so that no handle is ever reused.
+ * In a child forked while ferry was running, every other ferry call fails with
+ * FERRY_ERROR_BACKEND (the parent's devices are not usable there); this returns
+ * at once and forgets the parent's session without calling a driver, and ferry
+ * may then start again in the child (native and checked; a driver the parent had
+ * started is reported unavailable, see docs/API.md). */
 FERRY_API void ferry_shutdown(void);
 
 /* Number of devices, across all backends. */
@@ -161,7 +176,8 @@ typedef struct ferry_device_info {
   size_t backend_index;      /* index among its backend's devices */
   const char *name;          /* "NVIDIA H200", "pthread-skylake-avx512 (PoCL)" */
   const char *backend;       /* "cuda", "opencl", "vulkan", "metal", "native", "checked" */
-  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends) */
+  uint64_t total_memory;     /* bytes of device memory (host RAM for host backends); on CPU devices the live
+                                buffers with memory of their own are kept within it */
   uint64_t max_allocation;   /* largest single buffer in bytes */
   bool is_cpu;               /* the device computes on the host's processors */
   bool zero_copy;            /* ferry_alloc_zero_copy succeeds: device memory is host memory */
@@ -204,6 +220,92 @@ FERRY_API size_t ferry_backend_count(void);
  * order devices are numbered. FERRY_ERROR_NO_DEVICE when out of range. */
 FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info);
 
+/* What a device's driver says about itself (an extension to the contract, for
+ * tools and bug reports: `ferry info --verbose`, the header of `ferry bench`).
+ * Every string is NUL-terminated, and empty where the driver gives nothing. */
+typedef struct ferry_driver_info {
+  /* The driver's name: "NVIDIA" (cuda: from /proc/driver/nvidia/version; else the
+   * library loaded, "libcuda.so.1"), the OpenCL platform's name ("NVIDIA CUDA",
+   * "Portable Computing Language"), Vulkan's driverName ("NVIDIA", "llvmpipe"),
+   * the C library on native and checked ("glibc"). */
+  char driver[256];
+  /* Its version: NVIDIA's kernel driver ("580.65.06"), CL_DRIVER_VERSION, Vulkan's
+   * driverInfo ("Mesa 22.3.6 (LLVM 15.0.6)"), the C library's ("2.36"). */
+  char driver_version[256];
+  /* The API it offers and its version: "CUDA 13.0" (cuDriverGetVersion),
+   * CL_PLATFORM_VERSION ("OpenCL 3.0 PoCL 3.1 ..."), "Vulkan 1.3.230", and on native
+   * and checked the operating system ("Linux 6.1.0-18-amd64"). */
+  char api_version[256];
+  /* "0000:1b:00.0" (domain:bus:device.function, lowercase hex) where the API gives
+   * one: cuDeviceGetPCIBusId, cl_khr_pci_bus_info, VK_EXT_pci_bus_info. */
+  char pci_bus_id[32];
+  /* The device's UUID as 8-4-4-4-12 lowercase hex, where the API gives one:
+   * cuDeviceGetUuid, cl_khr_device_uuid, VkPhysicalDeviceIDProperties. On NVIDIA
+   * GPUs the three agree, which tells which devices of different backends are one
+   * GPU (nvidia-smi shows it with a "GPU-" prefix). */
+  char uuid[40];
+  /* Bytes of device memory free right now (cuMemGetInfo, VK_EXT_memory_budget,
+   * cl_amd_device_attribute_query; MemAvailable on native and checked); 0 when
+   * the driver does not say. */
+  uint64_t free_memory;
+} ferry_driver_info;
+
+/* Fills *out_info with what the device's driver says about itself. Asks the
+ * driver each time (free_memory changes). FERRY_ERROR_INVALID_ARGUMENT for a NULL
+ * or unknown device or a NULL out_info. */
+FERRY_API ferry_status ferry_device_driver_info(const ferry_device *device, ferry_driver_info *out_info);
+
+/* ------------------------------------------------------------------------- */
+/* Settings                                                                  */
+/* ------------------------------------------------------------------------- */
+
+/* ferry's settings are named after their environment variables (FERRY_BACKENDS,
+ * FERRY_CACHE_LIMIT, FERRY_CUDA_LIBRARY, ...; the list, with what each takes, is
+ * ferry_option_get's and the README's). ferry_init reads each one once: the value
+ * given by ferry_set_option if there is one, else the environment's; an empty
+ * value counts as unset (the default). A value that is not a number where one is
+ * needed, negative, outside its range, or not one of its words makes ferry_init
+ * fail with FERRY_ERROR_INVALID_ARGUMENT naming the variable, the value and what it
+ * takes; every call that needs the library then fails the same way until the value
+ * is fixed. */
+
+typedef enum ferry_option_source {
+  FERRY_OPTION_DEFAULT = 0, /* neither the environment nor code set it */
+  FERRY_OPTION_ENVIRONMENT, /* from the environment variable of that name */
+  FERRY_OPTION_CODE,        /* from ferry_set_option */
+} ferry_option_source;
+
+typedef struct ferry_option_info {
+  const char *name;           /* "FERRY_CACHE_LIMIT": the environment variable's name */
+  const char *value;          /* the value in effect, as text ("" when unset and without default) */
+  ferry_option_source source; /* where the value comes from */
+  const char *range;          /* what it accepts, in words: "0 to 2^62 bytes; suffixes K, M, G, T" */
+  const char *description;    /* one line */
+} ferry_option_info;
+
+/* Sets option `name` (the environment variable's name) from code, checked as the
+ * environment's value would be; value NULL removes the code setting. Only before
+ * ferry_init (or after ferry_shutdown): while ferry is running it returns
+ * FERRY_ERROR_INVALID_ARGUMENT and changes nothing, since settings take effect at
+ * ferry_init. A value set from code wins over the environment's (the program asked
+ * for it explicitly), for every later ferry_init until it is removed (NULL brings
+ * the environment's back); the empty string means the default, whatever the
+ * environment says. An unknown name, or a value the option does not take, is
+ * FERRY_ERROR_INVALID_ARGUMENT with the name, the value and what it takes. */
+FERRY_API ferry_status ferry_set_option(const char *name, const char *value);
+
+/* Number of settings this build reads: the core's and every backend's, whether
+ * the backend is enabled or not. Does not start ferry. */
+FERRY_API size_t ferry_option_count(void);
+
+/* Fills *out for setting `index` (0 .. ferry_option_count()-1), in a fixed order
+ * (the core's, then each backend's). While ferry is running, the value is the one
+ * it read at ferry_init; before, the one the next ferry_init would read. Does not
+ * start ferry. The strings stay valid until the next ferry_set_option, ferry_init
+ * or ferry_shutdown call (before ferry_init, also until the environment variable
+ * changes). FERRY_ERROR_INVALID_ARGUMENT for a NULL out or an index out of range. */
+FERRY_API ferry_status ferry_option_get(size_t index, ferry_option_info *out);
+
 /* ------------------------------------------------------------------------- */
 /* Buffers                                                                   */
 /* ------------------------------------------------------------------------- */
@@ -214,7 +316,13 @@ FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_i
 typedef struct ferry_buffer {
   uint64_t id;
 } ferry_buffer;
+/* A handle that is never a buffer's (id 0: every use gives FERRY_ERROR_STALE_BUFFER).
+ * C spells it as a compound literal; C++, which has none, as a braced temporary. */
+#ifdef __cplusplus
+#define FERRY_NULL_BUFFER (ferry_buffer{0})
+#else
 #define FERRY_NULL_BUFFER ((ferry_buffer){0})
+#endif
 
 /* Why ferry_alloc_host_ptr said no. */
 typedef enum ferry_refusal {
@@ -224,6 +332,12 @@ typedef enum ferry_refusal {
   FERRY_REFUSAL_BAD_LENGTH,  /* byte length is 0 or not a multiple of host_ptr_alignment */
   FERRY_REFUSAL_OVERLAP,     /* the range overlaps memory already under another host-ptr buffer */
   FERRY_REFUSAL_DRIVER,      /* the driver said no; ferry_last_error() names the call and code */
+  /* Reasons only ferry_dlpack_import gives (an extension to the contract): */
+  FERRY_REFUSAL_STRIDED,   /* the tensor is not compact row-major: its strides skip or reorder elements */
+  FERRY_REFUSAL_DTYPE,     /* a dtype ferry has no kind for: lanes != 1, an unknown code, or bits that no kind has */
+  FERRY_REFUSAL_DEVICE,    /* no ferry device has the tensor's memory, or the device asked for cannot use it */
+  FERRY_REFUSAL_READ_ONLY, /* the versioned tensor is read-only (ferry buffers are always writable) */
+  FERRY_REFUSAL_VERSION,   /* the versioned tensor's DLPack major version is not 1 */
 } ferry_refusal;
 
 /* "FERRY_REFUSAL_MISALIGNED"; "FERRY_REFUSAL_UNKNOWN" outside the enum. Never NULL. */
@@ -235,7 +349,8 @@ FERRY_API const char *ferry_refusal_name(ferry_refusal r);
  * poison). FERRY_ERROR_INVALID_ARGUMENT for a NULL device or out, FERRY_CUSTOM or
  * an unknown kind; FERRY_ERROR_OVERFLOW when the byte count does not fit in size_t;
  * FERRY_ERROR_OUT_OF_MEMORY when the device cannot hold it (after the allocation
- * cache was released and the allocation tried again). */
+ * cache was released and the allocation tried again), and on a CPU device when its
+ * live buffers would hold more than its total_memory. */
 FERRY_API ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer);
 
 /* A buffer of kind FERRY_CUSTOM with `length` elements of `elem_size` bytes each
@@ -271,7 +386,10 @@ FERRY_API ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array ho
  * after, returns FERRY_ERROR_STALE_BUFFER and touches nothing. The memory may be
  * kept in the device's allocation cache (see ferry_device_trim). A host-ptr
  * buffer gives its array back to the host (a pending device-side view is
- * synchronised first); the array itself is never freed. */
+ * synchronised first); the array itself is never freed. A buffer exported through
+ * DLPack keeps its memory until the last tensor's deleter runs (the handle is
+ * stale at once all the same); a buffer imported from DLPack calls its
+ * producer's deleter when its memory goes. */
 FERRY_API ferry_status ferry_free(ferry_buffer buffer);
 
 /* ------------------------------------------------------------------------- */
@@ -344,9 +462,12 @@ FERRY_API ferry_kind ferry_buffer_kind(ferry_buffer b);
  * (a zero-copy buffer's is still its array's address). */
 FERRY_API uintptr_t ferry_device_ptr(ferry_buffer b);
 
-/* True exactly for buffers made by ferry_alloc_zero_copy or ferry_alloc_host_ptr
- * (host access to them needs no copy by ferry); false for every other buffer and
- * for a stale handle. */
+/* "No transfers needed": true exactly for buffers that ARE their host array with
+ * nothing to synchronise, those made by ferry_alloc_zero_copy and by
+ * ferry_alloc_host_ptr on a zero-copy device (native, checked). False for
+ * host-pointer buffers on devices with memory of their own (OpenCL, Vulkan, CUDA:
+ * host access to them goes through transfers on the same array, which synchronise
+ * instead of copying), for every other buffer and for a stale handle. */
 FERRY_API bool ferry_is_zero_copy(ferry_buffer b);
 
 /* The buffer's device; NULL for a stale handle. */
@@ -367,7 +488,11 @@ FERRY_API ferry_status ferry_host_alloc(ferry_device *device, size_t bytes, void
  * already released) is FERRY_ERROR_INVALID_ARGUMENT and is left alone. */
 FERRY_API ferry_status ferry_host_free(void *ptr);
 
-/* Releases the device's cached free memory to the driver. */
+/* Releases the device's cached free memory to the driver, and memory the backend
+ * keeps for itself (the checked backend's quarantine of freed buffers; a write
+ * after free found there is reported as FERRY_ERROR_BACKEND, after everything was
+ * released). An allocation that runs out of memory does the same before it is
+ * tried again. */
 FERRY_API ferry_status ferry_device_trim(ferry_device *device);
 
 typedef struct ferry_stats {
@@ -382,6 +507,204 @@ typedef struct ferry_stats {
  * successful calls (ferry_write counts as h2d, ferry_read as d2h, ferry_copy as
  * d2d). */
 FERRY_API ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_stats);
+
+/* ------------------------------------------------------------------------- */
+/* DLPack: buffers in and out of NumPy, PyTorch, CuPy, JAX, TVM (extension)  */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * DLPack is the exchange format of array libraries: a producer hands a consumer
+ * a managed tensor (the memory, its device, shape and dtype, and a deleter the
+ * consumer calls once it is done). ferry declares DLPack's structures itself,
+ * under its own names, field for field as dlpack.h has them: the legacy
+ * DLManagedTensor of DLPack 0.8 and the versioned DLManagedTensorVersioned of
+ * DLPack 1.x. A program may include dlpack.h beside ferry.h (no name is shared)
+ * and cast between DLManagedTensor * and ferry_dl_managed_tensor *, and between
+ * DLManagedTensorVersioned * and ferry_dl_managed_tensor_versioned *.
+ *
+ * What `data` is, per device type (as DLPack defines it; ferry_device_ptr gives
+ * the same value): the host address (FERRY_DL_CPU, FERRY_DL_CUDA_HOST), the
+ * CUdeviceptr (FERRY_DL_CUDA, FERRY_DL_CUDA_MANAGED), the cl_mem
+ * (FERRY_DL_OPENCL), the VkBuffer (FERRY_DL_VULKAN), the id<MTLBuffer>
+ * (FERRY_DL_METAL). The tensor's bytes start at data + byte_offset on devices
+ * whose data is an address, at byte_offset into the object otherwise.
+ */
+
+/* The DLPack version ferry's versioned tensors carry (major 1 is the ABI of
+ * ferry_dl_managed_tensor_versioned; ferry imports any 1.x). */
+#define FERRY_DL_VERSION_MAJOR 1
+#define FERRY_DL_VERSION_MINOR 0
+
+/* DLDeviceType: the values of dlpack.h. */
+enum {
+  FERRY_DL_CPU = 1,           /* kDLCPU: host memory */
+  FERRY_DL_CUDA = 2,          /* kDLCUDA: device memory of the CUDA device with ordinal device_id */
+  FERRY_DL_CUDA_HOST = 3,     /* kDLCUDAHost: pinned host memory (cudaMallocHost) */
+  FERRY_DL_OPENCL = 4,        /* kDLOpenCL */
+  FERRY_DL_VULKAN = 7,        /* kDLVulkan */
+  FERRY_DL_METAL = 8,         /* kDLMetal */
+  FERRY_DL_VPI = 9,           /* kDLVPI */
+  FERRY_DL_ROCM = 10,         /* kDLROCM */
+  FERRY_DL_ROCM_HOST = 11,    /* kDLROCMHost: pinned host memory (hipMallocHost) */
+  FERRY_DL_EXT_DEV = 12,      /* kDLExtDev */
+  FERRY_DL_CUDA_MANAGED = 13, /* kDLCUDAManaged: cudaMallocManaged memory */
+  FERRY_DL_ONEAPI = 14,       /* kDLOneAPI */
+  FERRY_DL_WEBGPU = 15,       /* kDLWebGPU */
+  FERRY_DL_HEXAGON = 16,      /* kDLHexagon */
+  FERRY_DL_MAIA = 17,         /* kDLMAIA */
+};
+
+/* DLDataTypeCode: the values of dlpack.h that ferry reads and writes. */
+enum {
+  FERRY_DL_INT = 0,           /* kDLInt */
+  FERRY_DL_UINT = 1,          /* kDLUInt */
+  FERRY_DL_FLOAT = 2,         /* kDLFloat */
+  FERRY_DL_OPAQUE_HANDLE = 3, /* kDLOpaqueHandle (never imported) */
+  FERRY_DL_BFLOAT = 4,        /* kDLBfloat */
+  FERRY_DL_COMPLEX = 5,       /* kDLComplex: bits is the whole complex number's */
+  FERRY_DL_BOOL = 6,          /* kDLBool: 8 bits */
+};
+
+/* Flags of ferry_dl_managed_tensor_versioned (DLPACK_FLAG_BITMASK_*). */
+#define FERRY_DL_FLAG_READ_ONLY ((uint64_t)1 << 0) /* the consumer must not write the memory */
+#define FERRY_DL_FLAG_IS_COPIED ((uint64_t)1 << 1) /* the producer made a copy that the consumer alone uses */
+
+typedef struct ferry_dl_version { /* DLPackVersion */
+  uint32_t major;
+  uint32_t minor;
+} ferry_dl_version;
+
+typedef struct ferry_dl_device { /* DLDevice */
+  int32_t device_type;           /* FERRY_DL_* (DLDeviceType, an int-sized enum in dlpack.h) */
+  int32_t device_id;
+} ferry_dl_device;
+
+typedef struct ferry_dl_data_type { /* DLDataType */
+  uint8_t code;                     /* FERRY_DL_INT, ... */
+  uint8_t bits;
+  uint16_t lanes;
+} ferry_dl_data_type;
+
+typedef struct ferry_dl_tensor { /* DLTensor */
+  void *data;
+  ferry_dl_device device;
+  int32_t ndim;
+  ferry_dl_data_type dtype;
+  int64_t *shape;   /* ndim extents */
+  int64_t *strides; /* ndim strides in elements, or NULL for compact row-major */
+  uint64_t byte_offset;
+} ferry_dl_tensor;
+
+typedef struct ferry_dl_managed_tensor { /* DLManagedTensor (DLPack 0.8, "legacy") */
+  ferry_dl_tensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct ferry_dl_managed_tensor *self);
+} ferry_dl_managed_tensor;
+
+typedef struct ferry_dl_managed_tensor_versioned { /* DLManagedTensorVersioned (DLPack 1.x) */
+  ferry_dl_version version;
+  void *manager_ctx;
+  void (*deleter)(struct ferry_dl_managed_tensor_versioned *self);
+  uint64_t flags; /* FERRY_DL_FLAG_* */
+  ferry_dl_tensor dl_tensor;
+} ferry_dl_managed_tensor_versioned;
+
+/* DLPack's name for a ferry device: (FERRY_DL_CPU, 0) for native and checked,
+ * (FERRY_DL_CUDA, the device's CUDA ordinal), and (FERRY_DL_OPENCL |
+ * FERRY_DL_VULKAN | FERRY_DL_METAL, the device's backend_index).
+ * FERRY_ERROR_UNSUPPORTED for a device of a backend DLPack has no type for. */
+FERRY_API ferry_status ferry_dlpack_device(const ferry_device *device, ferry_dl_device *out_dl_device);
+
+/* The ferry device that a DLPack device names: FERRY_DL_CPU, FERRY_DL_CUDA_HOST and
+ * FERRY_DL_ROCM_HOST (host memory, id 0) name the native device (checked when
+ * FERRY_BACKENDS leaves native out); FERRY_DL_CUDA and FERRY_DL_CUDA_MANAGED the
+ * CUDA device of that ordinal; FERRY_DL_OPENCL, FERRY_DL_VULKAN and FERRY_DL_METAL
+ * the device of that backend index. FERRY_ERROR_NO_DEVICE when there is none. */
+FERRY_API ferry_status ferry_dlpack_find_device(ferry_dl_device dl_device, ferry_device **out_device);
+
+/* Exports the buffer as a DLPack managed tensor that a consumer takes over:
+ * one dimension (shape {length}, strides {1}: compact), byte_offset 0, the dtype of
+ * the buffer's kind (float16/bfloat16/float32/float64 as FLOAT or BFLOAT, the
+ * integers as INT or UINT of their width, nativeint as INT of the pointer's width,
+ * complex32/complex64 as COMPLEX 64/128, char as UINT 8; a custom buffer as
+ * bytes: UINT 8 with length x elem_size elements), the device of
+ * ferry_dlpack_device, and data as DLPack defines it for that device
+ * (ferry_device_ptr). Many tensors may be exported from one buffer.
+ *
+ * Lifetime: the tensor holds the buffer's memory until the consumer calls its
+ * deleter (exactly once, from any thread). ferry_free on the buffer makes the
+ * handle stale at once, as always, but the memory stays, under the tensor, until
+ * the last tensor exported from it is released. ferry_shutdown releases every
+ * buffer's memory, exported or not: a tensor still held then points to released
+ * memory and must not be read or written; its deleter stays safe to call (it
+ * frees the tensor's own record and nothing else). ferry_dlpack_live_exports
+ * says whether any are held.
+ *
+ * FERRY_ERROR_STALE_BUFFER for a stale handle, FERRY_ERROR_INVALID_ARGUMENT for a
+ * NULL out_tensor, FERRY_ERROR_UNSUPPORTED on a device DLPack has no type for,
+ * FERRY_ERROR_OUT_OF_MEMORY when no host memory is left for the tensor. */
+FERRY_API ferry_status ferry_dlpack_export(ferry_buffer buffer, ferry_dl_managed_tensor **out_tensor);
+
+/* The same as a versioned tensor: version {FERRY_DL_VERSION_MAJOR,
+ * FERRY_DL_VERSION_MINOR}, flags 0 (writable, not a copy). */
+FERRY_API ferry_status ferry_dlpack_export_versioned(ferry_buffer buffer,
+                                                     ferry_dl_managed_tensor_versioned **out_tensor);
+
+/* Imports a DLPack managed tensor as a ferry buffer over the tensor's memory (no
+ * copy is made, ever):
+ *  - host memory (FERRY_DL_CPU, FERRY_DL_CUDA_HOST, FERRY_DL_ROCM_HOST): a
+ *    zero-copy buffer (ferry_is_zero_copy is true, ferry_device_ptr is the address)
+ *    on the native device, or on `device` when it is given and its memory is host
+ *    memory (checked: no guard bytes around memory ferry did not allocate). On a
+ *    device with memory of its own, given explicitly, the buffer is a host-pointer
+ *    buffer over the tensor's memory, with ferry_alloc_host_ptr's rules and
+ *    refusals (OpenCL, CUDA; the tensor's memory is the array);
+ *  - FERRY_DL_CUDA: a buffer over the CUdeviceptr on the CUDA device of that
+ *    ordinal; the driver must know the pointer as that device's memory, and the
+ *    tensor must lie inside one allocation;
+ *  - FERRY_DL_OPENCL: a buffer over the cl_mem, when it is a buffer of the ferry
+ *    device's own context (byte_offset 0 only);
+ *  - a tensor ferry itself exported, from any device (Vulkan and Metal included):
+ *    a second buffer over the same memory, on the same device.
+ * The buffer's kind follows the dtype: INT/UINT 8..64, FLOAT 16/32/64, BFLOAT 16,
+ * COMPLEX 64/128, BOOL 8 (as FERRY_UINT8: ferry has no boolean kind); its
+ * length is the product of the shape (1 for ndim 0; 0 for an empty tensor).
+ * `device` NULL picks the device ferry_dlpack_find_device names.
+ *
+ * Ownership: on FERRY_OK, ferry owns the tensor and calls its deleter exactly once,
+ * when the buffer's memory is released (ferry_free, or ferry_shutdown for a buffer
+ * still live then); the tensor's memory must stay valid until then. On any other
+ * status ferry did not take the tensor and did not call its deleter: the caller
+ * still owns it (every check is made before ferry takes it).
+ *
+ * Refusals (FERRY_ERROR_REFUSED, the reason in *out_refusal, which may be NULL,
+ * and in ferry_last_error()): FERRY_REFUSAL_VERSION (versioned, major != 1: no
+ * other field is read), FERRY_REFUSAL_READ_ONLY, FERRY_REFUSAL_DTYPE,
+ * FERRY_REFUSAL_STRIDED (non-contiguous tensors are refused, never copied;
+ * compact strides given explicitly are fine, and extents of 1 may have any
+ * stride), FERRY_REFUSAL_DEVICE (no ferry device for the tensor's device, the
+ * memory is not usable on it: another GPU's pointer, another context's cl_mem, a
+ * bare VkBuffer or id<MTLBuffer> without its memory, a CUDA tensor onto a CPU
+ * device), FERRY_REFUSAL_MISALIGNED (data + byte_offset not aligned to the
+ * dtype's scalar: 2 bytes for float16, 4 for float32 and complex64, ...),
+ * FERRY_REFUSAL_UNSUPPORTED (byte_offset on OpenCL), and ferry_alloc_host_ptr's
+ * reasons for host memory on a GPU. Malformed tensors are
+ * FERRY_ERROR_INVALID_ARGUMENT (NULL tensor or out_buffer, negative ndim or
+ * extents, NULL shape with ndim > 0, NULL data with bytes, data + byte_offset
+ * wrapping around) or FERRY_ERROR_OVERFLOW (the byte count does not fit in
+ * size_t); a tensor ferry exported before ferry_shutdown is
+ * FERRY_ERROR_STALE_BUFFER. *out_refusal is FERRY_REFUSAL_NONE on success. */
+FERRY_API ferry_status ferry_dlpack_import(ferry_dl_managed_tensor *tensor, ferry_device *device,
+                                           ferry_buffer *out_buffer, ferry_refusal *out_refusal);
+
+/* The same for a versioned tensor. */
+FERRY_API ferry_status ferry_dlpack_import_versioned(ferry_dl_managed_tensor_versioned *tensor, ferry_device *device,
+                                                     ferry_buffer *out_buffer, ferry_refusal *out_refusal);
+
+/* Tensors ferry exported whose deleter has not run yet, over the process's
+ * lifetime (all sessions). Bindings check it before ferry_shutdown, which would
+ * release the memory under them. */
+FERRY_API size_t ferry_dlpack_live_exports(void);
 
 #ifdef __cplusplus
 }

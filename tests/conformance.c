@@ -7,8 +7,17 @@
  *   ferry_conformance --backend fault  the suite on the test-only fault backend (tests/fault_backend.c),
  *                                      whose deferred async transfers exercise the staging pipeline
  *
- * A backend with no device is skipped (exit 77) with the reason, unless
- * FERRY_REQUIRE_BACKENDS names it: then the run fails, naming it.
+ * Options, after the mode:
+ *   --case PATTERN     only the cases whose name matches PATTERN, an fnmatch(3) glob: an exact
+ *                      name ("byte_ranges"), "zero_*", "*host*"; a pattern that matches no case fails
+ *   --timeout SECONDS  the time limit of one case (default 300, or FERRY_TEST_CASE_TIMEOUT): a case
+ *                      that runs longer stops the run, which fails naming it
+ *   --list             print the names of the cases instead of running them
+ *
+ * Each case prints ok, FAILED, "n/a (why)" when it does not apply to the device,
+ * or "FAILED (made no check)". A backend with no device is skipped (exit 77)
+ * with the reason, unless FERRY_REQUIRE_BACKENDS names it: then the run fails,
+ * naming it.
  */
 #include "conformance.h"
 #include "fault_backend.h"
@@ -16,13 +25,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(void) { fprintf(stderr, "usage: ferry_conformance --backend NAME | --cross | --backends\n"); }
+static void usage(void) {
+  fprintf(stderr, "usage: ferry_conformance (--backend NAME | --cross | --backends) [--case PATTERN] "
+                  "[--timeout SECONDS] [--list]\n");
+}
 
 static bool find_backend(const char *name, ferry_backend_info *out) {
   for (size_t i = 0; i < ferry_backend_count(); i++) {
     if (ferry_backend_get(i, out) == FERRY_OK && strcmp(out->name, name) == 0) return true;
   }
   return false;
+}
+
+/* How many cases of each list the filter selects. */
+static size_t selected_device_cases(void) {
+  size_t n = 0;
+  for (const conformance_case *c = conformance_device_cases; c->name; c++)
+    n += harness_case_selected(c->name);
+  return n;
+}
+
+static size_t selected_pair_cases(void) {
+  size_t n = 0;
+  for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++)
+    n += harness_case_selected(c->name);
+  return n;
 }
 
 static int run_backend(const char *name) {
@@ -42,18 +69,16 @@ static int run_backend(const char *name) {
     ferry_device_info_get(dev, &info);
     printf("backend %s, device %zu: %s\n", name, info.index, info.name);
     for (const conformance_case *c = conformance_device_cases; c->name; c++) {
+      if (!harness_case_selected(c->name)) continue;
       snprintf(context, sizeof context, "%s[%zu] %s", name, info.index, c->name);
-      harness_context = context;
-      int before = harness_failures;
+      harness_case_begin(context);
       c->run(dev, &info);
-      printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
-      fflush(stdout);
+      harness_case_end(c->name);
     }
     /* Skips that a device's capabilities imply, said once per device. */
     if (!info.zero_copy) printf("  (zero-copy cases checked the refusal only: device memory is not host memory)\n");
     if (!info.host_ptr) printf("  (host-ptr cases checked the refusal only: the device has no host-pointer buffers)\n");
   }
-  harness_context = "";
   return harness_finish(name);
 }
 
@@ -75,16 +100,14 @@ static int run_cross(void) {
       ferry_device_info_get(b, &ib);
       printf("devices %zu (%s) -> %zu (%s)\n", i, ia.backend, j, ib.backend);
       for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++) {
+        if (!harness_case_selected(c->name)) continue;
         snprintf(context, sizeof context, "%s[%zu] -> %s[%zu] %s", ia.backend, i, ib.backend, j, c->name);
-        harness_context = context;
-        int before = harness_failures;
+        harness_case_begin(context);
         c->run(a, &ia, b, &ib);
-        printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
-        fflush(stdout);
+        harness_case_end(c->name);
       }
     }
   }
-  harness_context = "";
   return harness_finish("cross");
 }
 
@@ -119,26 +142,72 @@ static int run_backends(void) {
   return missing ? 1 : 0;
 }
 
+static void list_cases(bool pairs) {
+  if (!pairs)
+    for (const conformance_case *c = conformance_device_cases; c->name; c++)
+      if (harness_case_selected(c->name)) printf("%s\n", c->name);
+  if (pairs)
+    for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++)
+      if (harness_case_selected(c->name)) printf("%s\n", c->name);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
+  const char *mode = NULL, *backend = NULL, *pattern = NULL;
+  bool list = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strcmp(a, "--backend") == 0 && i + 1 < argc && !mode) {
+      mode = a;
+      backend = argv[++i];
+    } else if ((strcmp(a, "--cross") == 0 || strcmp(a, "--backends") == 0) && !mode)
+      mode = a;
+    else if (strcmp(a, "--case") == 0 && i + 1 < argc)
+      pattern = argv[++i];
+    else if (strcmp(a, "--timeout") == 0 && i + 1 < argc) {
+      char *end;
+      double s = strtod(argv[++i], &end);
+      if (end == argv[i] || *end || !(s > 0)) {
+        fprintf(stderr, "ferry_conformance: --timeout takes a number of seconds above 0, not '%s'\n", argv[i]);
+        return 2;
+      }
+      harness_case_time_limit(s);
+    } else if (strcmp(a, "--list") == 0)
+      list = true;
+    else {
+      usage();
+      return 2;
+    }
+  }
+  if (!mode) {
+    usage();
+    return 2;
+  }
+  harness_case_filter(pattern);
+  bool pairs = strcmp(mode, "--cross") == 0;
+  if (pattern && strcmp(mode, "--backends") != 0 && (pairs ? selected_pair_cases() : selected_device_cases()) == 0) {
+    fprintf(stderr, "FAIL: --case '%s' matches no %s case (ferry_conformance %s --list names them)\n", pattern,
+            pairs ? "cross-device" : "device", pairs ? "--cross" : "--backend NAME");
+    return 2;
+  }
+  if (list) {
+    list_cases(pairs);
+    return 0;
+  }
   /* The fault backend is a test backend: registered only when asked for. */
-  if (argc == 3 && strcmp(argv[2], "fault") == 0) ferry__register_backend(&fault_backend);
+  if (backend && strcmp(backend, "fault") == 0) ferry__register_backend(&fault_backend);
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
     fprintf(stderr, "FAIL: ferry_init: %s: %s\n", ferry_status_name(st), ferry_last_error());
     return 1;
   }
   int rc;
-  if (argc == 3 && strcmp(argv[1], "--backend") == 0)
-    rc = run_backend(argv[2]);
-  else if (argc == 2 && strcmp(argv[1], "--cross") == 0)
+  if (backend)
+    rc = run_backend(backend);
+  else if (pairs)
     rc = run_cross();
-  else if (argc == 2 && strcmp(argv[1], "--backends") == 0)
+  else
     rc = run_backends();
-  else {
-    usage();
-    rc = 2;
-  }
   ferry_shutdown();
   return rc;
 }

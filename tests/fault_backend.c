@@ -2,6 +2,7 @@
 #include "fault_backend.h"
 #include "harness.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,25 +15,32 @@ static const char *const op_names[OP_COUNT] = {[OP_ALLOC] = "alloc",
                                                [OP_IMPORT] = "import",
                                                [OP_SYNC] = "host_ptr_sync",
                                                [OP_RELEASE] = "release",
-                                               [OP_HOST_ALLOC] = "host_alloc",
+                                               [OP_PIN_ALLOC] = "pin_alloc",
+                                               [OP_PIN_REGISTER] = "pin_register",
                                                [OP_SYNCHRONIZE] = "synchronize",
                                                [OP_NATIVE] = "native",
-                                               [OP_WRITE_ASYNC] = "write_async",
-                                               [OP_READ_ASYNC] = "read_async",
-                                               [OP_WAIT] = "wait_slot"};
+                                               [OP_DMA_WRITE] = "dma_start (to the device)",
+                                               [OP_DMA_READ] = "dma_start (to the host)",
+                                               [OP_DMA_WAIT] = "dma_wait"};
 
 fault_state fault;
 
+/* The engine calls DMA operations from its copy threads too. */
+static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Fails `op` once with `st` if so armed. */
 static ferry_status maybe_fail(ferry_device *dev, fault_op op) {
+  pthread_mutex_lock(&fault_lock);
   fault.calls[op]++;
   ferry_status st = fault.fail_with[op];
-  if (st == FERRY_OK) return FERRY_OK;
-  if (fault.fail_after[op] > 0) {
+  if (st != FERRY_OK && fault.fail_after[op] > 0) {
     fault.fail_after[op]--;
-    return FERRY_OK;
+    st = FERRY_OK;
+  } else if (st != FERRY_OK) {
+    fault.fail_with[op] = FERRY_OK;
   }
-  fault.fail_with[op] = FERRY_OK;
+  pthread_mutex_unlock(&fault_lock);
+  if (st == FERRY_OK) return FERRY_OK;
   return ferry__fail(st, "FAULT_DRIVER_ERROR (-99) injected into %s on %s", op_names[op], dev->label);
 }
 
@@ -106,22 +114,37 @@ static ferry_status f_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-static ferry_status f_host_alloc(ferry_device *dev, size_t bytes, void **out) {
-  ferry_status st = maybe_fail(dev, OP_HOST_ALLOC);
+static ferry_status f_pin_alloc(ferry_device *dev, size_t bytes, void **out, uintptr_t *token) {
+  ferry_status st = maybe_fail(dev, OP_PIN_ALLOC);
   if (st != FERRY_OK) return st;
   if (bytes > ((size_t)1 << 32))
     return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "fault: no %zu bytes of host memory", bytes);
   *out = harness_aligned(4096, bytes);
   if (!*out) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "posix_memalign");
+  *token = (uintptr_t)*out; /* the block's base: dma_start checks ranges against it */
   fault.live_host_blocks++;
   return FERRY_OK;
 }
 
-static void f_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+static ferry_status f_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *token) {
+  (void)bytes;
+  ferry_status st = maybe_fail(dev, OP_PIN_REGISTER);
+  if (st != FERRY_OK) return st;
+  *token = (uintptr_t)base;
+  fault.live_registrations++;
+  return FERRY_OK;
+}
+
+static void f_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated) {
   (void)dev;
   (void)bytes;
-  free(ptr);
-  fault.live_host_blocks--;
+  (void)token;
+  if (allocated) {
+    free(base);
+    fault.live_host_blocks--;
+  } else {
+    fault.live_registrations--;
+  }
 }
 
 static ferry_status f_synchronize(ferry_device *dev) { return maybe_fail(dev, OP_SYNCHRONIZE); }
@@ -132,50 +155,69 @@ static ferry_status f_native(const ferry_device *dev, ferry_native *out) {
   return st;
 }
 
-/* Deferred transfers: recorded at write_async/read_async, done at wait_slot. */
+/* Deferred DMA: recorded at dma_start, done at dma_wait. A ticket is the
+ * entry's index and a serial number, so that a stale or repeated wait is caught. */
+enum { PENDING_MAX = 256 };
 typedef struct pending {
-  bool busy;
+  uint64_t serial; /* 0: free */
   bool to_device;
-  char *device_bytes;
-  char *host_bytes;
+  char *device_bytes, *host_bytes;
   size_t n;
 } pending;
-static pending slots[2][FERRY_STAGE_SLOTS];
+static pending pend[PENDING_MAX];
+static uint64_t next_serial = 1;
+static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static pending *slot_of(ferry_device *dev, unsigned slot) { return &slots[dev->info.backend_index % 2][slot]; }
-
-static ferry_status f_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n,
-                                  unsigned slot) {
-  ferry_status st = maybe_fail(dev, OP_WRITE_ASYNC);
+static ferry_status f_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                const ferry_pinned *host, size_t n, ferry_ticket *out) {
+  ferry_status st = maybe_fail(dev, dir == FERRY_DMA_TO_DEVICE ? OP_DMA_WRITE : OP_DMA_READ);
   if (st != FERRY_OK) return st;
-  pending *p = slot_of(dev, slot);
-  if (p->busy) return ferry__fail(FERRY_ERROR_BACKEND, "fault: slot %u reused before wait_slot", slot);
-  *p = (pending){true, true, (char *)dst->handle + off, (char *)src, n};
-  return FERRY_OK;
-}
-
-static ferry_status f_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n,
-                                 unsigned slot) {
-  ferry_status st = maybe_fail(dev, OP_READ_ASYNC);
-  if (st != FERRY_OK) return st;
-  pending *p = slot_of(dev, slot);
-  if (p->busy) return ferry__fail(FERRY_ERROR_BACKEND, "fault: slot %u reused before wait_slot", slot);
-  *p = (pending){true, false, (char *)src->handle + off, dst, n};
-  return FERRY_OK;
-}
-
-static ferry_status f_wait_slot(ferry_device *dev, unsigned slot) {
-  pending *p = slot_of(dev, slot);
-  ferry_status st = maybe_fail(dev, OP_WAIT);
-  if (p->busy) {
-    /* The transfer happens (or is lost, on failure) whatever wait reports. */
-    if (st == FERRY_OK) {
-      if (p->to_device)
-        memcpy(p->device_bytes, p->host_bytes, p->n);
-      else
-        memcpy(p->host_bytes, p->device_bytes, p->n);
+  char *h = host->host;
+  if ((char *)host->token + host->offset != h)
+    return ferry__fail(FERRY_ERROR_BACKEND, "fault: pinned range %p is not its token %p + offset %zu", (void *)h,
+                       (void *)host->token, host->offset);
+  pthread_mutex_lock(&pend_lock);
+  int free_at = -1;
+  for (int i = 0; i < PENDING_MAX; i++) {
+    pending *p = &pend[i];
+    if (!p->serial) {
+      if (free_at < 0) free_at = i;
+    } else if (h < p->host_bytes + p->n && p->host_bytes < h + n) {
+      pthread_mutex_unlock(&pend_lock);
+      return ferry__fail(FERRY_ERROR_BACKEND, "fault: pinned range %p (%zu bytes) reused before dma_wait", (void *)h,
+                         n);
     }
-    p->busy = false;
+  }
+  if (free_at < 0) {
+    pthread_mutex_unlock(&pend_lock);
+    return ferry__fail(FERRY_ERROR_BACKEND, "fault: more than %d copies in flight", PENDING_MAX);
+  }
+  uint64_t serial = next_serial++;
+  pend[free_at] = (pending){serial, dir == FERRY_DMA_TO_DEVICE, (char *)mem->handle + off, h, n};
+  pthread_mutex_unlock(&pend_lock);
+  *out = serial << 16 | (uint64_t)free_at;
+  return FERRY_OK;
+}
+
+static ferry_status f_dma_wait(ferry_device *dev, ferry_ticket ticket) {
+  ferry_status st = maybe_fail(dev, OP_DMA_WAIT);
+  unsigned at = (unsigned)(ticket & 0xffff);
+  pthread_mutex_lock(&pend_lock);
+  pending p = {0};
+  if (at < PENDING_MAX && pend[at].serial == ticket >> 16) {
+    p = pend[at];
+    pend[at].serial = 0;
+  }
+  pthread_mutex_unlock(&pend_lock);
+  if (!p.serial)
+    return ferry__fail(FERRY_ERROR_BACKEND, "fault: ticket %llu waited for twice, or never started",
+                       (unsigned long long)ticket);
+  /* The copy happens (or is lost, on failure) whatever the wait reports. */
+  if (st == FERRY_OK) {
+    if (p.to_device)
+      memcpy(p.device_bytes, p.host_bytes, p.n);
+    else
+      memcpy(p.host_bytes, p.device_bytes, p.n);
   }
   return st;
 }
@@ -183,6 +225,13 @@ static ferry_status f_wait_slot(ferry_device *dev, unsigned slot) {
 static void f_destroy(ferry_device *dev) {
   (void)dev;
   fault.destroyed++;
+  pthread_mutex_lock(&pend_lock);
+  for (int i = 0; i < PENDING_MAX; i++)
+    if (pend[i].serial) {
+      fault.pending_at_destroy++;
+      pend[i].serial = 0;
+    }
+  pthread_mutex_unlock(&pend_lock);
 }
 
 static const ferry_device_ops fault_ops = {
@@ -195,13 +244,13 @@ static const ferry_device_ops fault_ops = {
     .host_ptr_import = f_import,
     .host_ptr_sync = f_sync,
     .host_ptr_release = f_release,
-    .host_alloc = f_host_alloc,
-    .host_free = f_host_free,
+    .pin_alloc = f_pin_alloc,
+    .pin_register = f_pin_register,
+    .pin_release = f_pin_release,
+    .dma_start = f_dma_start,
+    .dma_wait = f_dma_wait,
     .synchronize = f_synchronize,
     .native = f_native,
-    .write_async = f_write_async,
-    .read_async = f_read_async,
-    .wait_slot = f_wait_slot,
     .destroy = f_destroy,
 };
 
@@ -213,7 +262,7 @@ static ferry_status fault_probe(ferry_probe *probe) {
                               .max_allocation = 1u << 28,
                               .host_ptr = true,
                               .host_ptr_alignment = 64,
-                              .caps = FERRY_CAP_CACHE};
+                              .caps = FERRY_CAP_CACHE | FERRY_CAP_STAGE};
     ferry_status st = ferry__device_add(probe, &desc);
     if (st != FERRY_OK) return st;
     fault.devices++;

@@ -1,8 +1,10 @@
 /*
  * A test-only backend, "fault": two devices over host memory whose operations
- * fail on demand, and whose asynchronous transfers really are deferred (they
- * run at wait_slot), so that a pipeline that reuses a slot too early reads or
- * writes the wrong bytes. Used by test_fault.c and by the conformance suite
+ * fail on demand, and whose DMA really is deferred (a copy runs at its
+ * dma_wait), so that an engine that touches a pinned range before its wait, or
+ * reuses it for another copy, reads or writes the wrong bytes or is refused.
+ * It also refuses a ticket waited for twice and a pinned range whose token and
+ * offset do not name it. Used by test_fault.c and by the conformance suite
  * (`ferry_conformance --backend fault`).
  */
 #ifndef FERRY_TESTS_FAULT_BACKEND_H
@@ -20,12 +22,13 @@ typedef enum fault_op {
   OP_IMPORT,
   OP_SYNC,
   OP_RELEASE,
-  OP_HOST_ALLOC,
+  OP_PIN_ALLOC,
+  OP_PIN_REGISTER,
   OP_SYNCHRONIZE,
   OP_NATIVE,
-  OP_WRITE_ASYNC,
-  OP_READ_ASYNC,
-  OP_WAIT,
+  OP_DMA_WRITE, /* dma_start to the device */
+  OP_DMA_READ,  /* dma_start to the host */
+  OP_DMA_WAIT,
   OP_COUNT
 } fault_op;
 
@@ -33,7 +36,8 @@ typedef struct fault_state {
   ferry_status fail_with[OP_COUNT]; /* FERRY_OK: succeed; else fail once with this */
   int fail_after[OP_COUNT];         /* calls to let through before failing */
   int calls[OP_COUNT];
-  long live_allocs, live_imports, live_host_blocks, devices, destroyed, unloads;
+  long live_allocs, live_imports, live_host_blocks, live_registrations, devices, destroyed, unloads;
+  long pending_at_destroy; /* DMA started and never waited for */
   bool peer_unsupported;
 } fault_state;
 

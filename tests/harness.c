@@ -1,8 +1,13 @@
 #include "harness.h"
 
+#include <errno.h>
+#include <fnmatch.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 int harness_failures;
 int harness_checks;
@@ -86,6 +91,17 @@ int harness_start_backend(const char *backend, const char *test, ferry_backend_i
   return present;
 }
 
+ferry_device *harness_device_of(const char *backend) {
+  for (size_t i = 0; i < ferry_device_count(); i++) {
+    ferry_device *d;
+    ferry_device_info info;
+    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
+        strcmp(info.backend, backend) == 0)
+      return d;
+  }
+  return NULL;
+}
+
 void *harness_aligned(size_t align, size_t bytes) {
   void *p = NULL;
   if (align < sizeof(void *)) align = sizeof(void *);
@@ -93,11 +109,150 @@ void *harness_aligned(size_t align, size_t bytes) {
   return p;
 }
 
+/* ---- running cases ------------------------------------------------------------------- */
+
+static const char *case_pattern;
+static int cases_run, cases_not_applicable;
+static int case_checks_before, case_failures_before;
+static char not_applicable_why[256];
+
+void harness_case_filter(const char *pattern) { case_pattern = pattern && *pattern ? pattern : NULL; }
+
+bool harness_case_selected(const char *name) { return !case_pattern || fnmatch(case_pattern, name, 0) == 0; }
+
+/* The watchdog: a thread that waits for the running case's deadline. */
+static pthread_mutex_t watch_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t watch_cond;
+static pthread_t watch_thread;
+static bool watch_started, watch_armed, watch_stop;
+static struct timespec watch_deadline;
+static double watch_limit;
+static char watch_context[512];
+
+static double default_time_limit(void) {
+  const char *env = getenv("FERRY_TEST_CASE_TIMEOUT");
+  char *end;
+  double s = env ? strtod(env, &end) : 0;
+  return env && end != env && *end == '\0' && s > 0 ? s : 300;
+}
+
+void harness_case_time_limit(double seconds) { watch_limit = seconds; }
+
+static void *watchdog(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&watch_lock);
+  while (!watch_stop) {
+    if (!watch_armed) {
+      pthread_cond_wait(&watch_cond, &watch_lock);
+      continue;
+    }
+    if (pthread_cond_timedwait(&watch_cond, &watch_lock, &watch_deadline) != ETIMEDOUT || !watch_armed) continue;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (now.tv_sec < watch_deadline.tv_sec ||
+        (now.tv_sec == watch_deadline.tv_sec && now.tv_nsec < watch_deadline.tv_nsec))
+      continue;
+    /* The case's own thread may hold stdio's locks: write(2) only, then stop the program. */
+    char msg[700];
+    int n = snprintf(msg, sizeof msg,
+                     "FAIL %s: did not finish within %g s (hung?); stopping the run (FERRY_TEST_CASE_TIMEOUT sets "
+                     "the limit)\n",
+                     watch_context, watch_limit);
+    if (n > 0) {
+      ssize_t written = write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+      (void)written; /* nothing better to do when stderr is gone */
+    }
+    _exit(1);
+  }
+  pthread_mutex_unlock(&watch_lock);
+  return NULL;
+}
+
+static void watchdog_stop(void) {
+  if (!watch_started) return;
+  pthread_mutex_lock(&watch_lock);
+  watch_stop = true;
+  pthread_cond_signal(&watch_cond);
+  pthread_mutex_unlock(&watch_lock);
+  pthread_join(watch_thread, NULL);
+  pthread_cond_destroy(&watch_cond);
+  watch_started = false;
+}
+
+void harness_case_begin(const char *context) {
+  harness_context = context;
+  case_checks_before = harness_checks;
+  case_failures_before = harness_failures;
+  not_applicable_why[0] = '\0';
+  fflush(stdout);
+  pthread_mutex_lock(&watch_lock);
+  if (!watch_started) {
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&watch_cond, &attr);
+    pthread_condattr_destroy(&attr);
+    watch_stop = false;
+    if (pthread_create(&watch_thread, NULL, watchdog, NULL) == 0)
+      watch_started = true;
+    else
+      fprintf(stderr, "(no watchdog thread: a hung case will not be named)\n");
+  }
+  if (watch_limit <= 0) watch_limit = default_time_limit();
+  snprintf(watch_context, sizeof watch_context, "%s", context);
+  clock_gettime(CLOCK_MONOTONIC, &watch_deadline);
+  double whole = (double)(time_t)watch_limit;
+  watch_deadline.tv_sec += (time_t)watch_limit;
+  watch_deadline.tv_nsec += (long)((watch_limit - whole) * 1e9);
+  if (watch_deadline.tv_nsec >= 1000000000L) {
+    watch_deadline.tv_sec++;
+    watch_deadline.tv_nsec -= 1000000000L;
+  }
+  watch_armed = true;
+  pthread_cond_signal(&watch_cond);
+  pthread_mutex_unlock(&watch_lock);
+}
+
+bool harness_case_end(const char *name) {
+  pthread_mutex_lock(&watch_lock);
+  watch_armed = false;
+  pthread_cond_signal(&watch_cond);
+  pthread_mutex_unlock(&watch_lock);
+  cases_run++;
+  bool failed = harness_failures != case_failures_before;
+  bool checked = harness_checks != case_checks_before;
+  bool passed = !failed;
+  if (failed)
+    printf("  %-32s FAILED\n", name);
+  else if (not_applicable_why[0]) {
+    cases_not_applicable++;
+    printf("  %-32s n/a (%s)\n", name, not_applicable_why);
+  } else if (!checked) {
+    harness_fail(__FILE__, __LINE__, "the case made no check and did not say it does not apply");
+    printf("  %-32s FAILED (made no check)\n", name);
+    passed = false;
+  } else
+    printf("  %-32s ok\n", name);
+  fflush(stdout);
+  harness_context = "";
+  return passed;
+}
+
+void harness_not_applicable(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(not_applicable_why, sizeof not_applicable_why, fmt, ap);
+  va_end(ap);
+}
+
 int harness_finish(const char *program) {
+  watchdog_stop();
+  char cases[96] = "";
+  if (cases_run) snprintf(cases, sizeof cases, " (%d cases, %d not applicable)", cases_run, cases_not_applicable);
   if (harness_failures) {
-    fprintf(stderr, "%s: %d of %d checks FAILED\n", program, harness_failures, harness_checks);
+    fprintf(stderr, "%s: %d of %d checks FAILED%s\n", program, harness_failures, harness_checks, cases);
     return 1;
   }
-  printf("%s: all %d checks passed\n", program, harness_checks);
+  printf("%s: all %d checks passed%s\n", program, harness_checks, cases);
   return 0;
 }

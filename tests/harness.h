@@ -71,8 +71,39 @@ int harness_backend_devices(const char *backend, const char *test, ferry_backend
  * fails, saying why), with ferry shut down again. */
 int harness_start_backend(const char *backend, const char *test, ferry_backend_info *out);
 
+/* The first device of `backend` in the running session; NULL when it has none. */
+ferry_device *harness_device_of(const char *backend);
+
 /* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
 void *harness_aligned(size_t align, size_t bytes);
+
+/* ---- running cases (the conformance suite's runner, tests that reuse its cases) ----
+ *
+ * A case runs between harness_case_begin and harness_case_end, which prints one
+ * line for it: "ok", "FAILED", "n/a (why)", or "FAILED (made no check)": a case
+ * that checked nothing and did not say it does not apply is a failure, never ok.
+ * A watchdog ends the program when a case runs longer than the time limit,
+ * naming the case: a hang fails the run instead of stalling it. */
+
+/* Which cases run: an fnmatch(3) glob on the case name ("byte_ranges",
+ * "zero_*", "*host*"); NULL or "" runs every case. */
+void harness_case_filter(const char *pattern);
+/* Does the filter select this case? */
+bool harness_case_selected(const char *name);
+
+/* The time limit of one case, in seconds (default 300, or FERRY_TEST_CASE_TIMEOUT). */
+void harness_case_time_limit(double seconds);
+
+/* `context` names the case in failures and in the watchdog's message
+ * ("opencl[0] byte_ranges"); `name` is the case's own name, for its line. */
+void harness_case_begin(const char *context);
+/* Ends the case and prints its line; returns true when it passed or did not apply. */
+bool harness_case_end(const char *name);
+
+/* Said by a case that does not apply to this device or pair (no host-pointer
+ * buffers, ...): the runner prints "n/a (why)" for it. A case that says so may
+ * still check what does apply (that the device refuses, say). */
+void harness_not_applicable(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Prints the summary line and returns the exit code (0 or 1). */
 int harness_finish(const char *program);

@@ -1,16 +1,26 @@
 /*
- * `ferry bench` from the command line: exit codes and sentences for good and bad
- * arguments, as a user sees them. Runs the built `ferry` program: $FERRY_TOOL,
- * else ../ferry beside this test's directory (the build tree's layout). Skipped
- * (77) when neither exists. Real runs keep to the native device and a size or
- * two, so the whole test takes a second or so.
+ * The `ferry` command from the command line, as a user runs it: exit codes,
+ * sentences, what goes to stdout and stderr, and files written, for `ferry bench`
+ * (good and bad arguments, output files checked before measuring, runs that
+ * measure nothing, --paths, --backend, --quiet, --no-legend, the checked backend
+ * left out, 100-column tables, units, plurals), `ferry info` (--verbose, --json
+ * FILE, --help), `ferry help [env]`, `-V`, and the manual page.
+ *
+ * Runs the built `ferry` program: $FERRY_TOOL, else ../ferry beside this test's
+ * directory (the build tree's layout). Skipped (77) when neither exists. Real runs
+ * keep to the host devices and a size or two, so the test takes a few seconds.
+ * With --fake-cuda (ctest bench_cli.cuda_fake, on two fake GPUs) it checks the
+ * cuda devices instead: driver facts, and the peer copies between the two GPUs.
+ * The JSON, CSV and SVG are read back by tests/bench_output_check.py.
  */
 #include "harness.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char tool[4096];
@@ -34,7 +44,8 @@ static bool find_tool(void) {
 
 typedef struct result {
   int code; /* exit status, or -1 when it did not exit normally */
-  char out[1 << 16], err[1 << 16];
+  double seconds;
+  char out[1 << 17], err[1 << 16];
 } result;
 
 static result res;
@@ -49,18 +60,25 @@ static void slurp(int fd, char *buf, size_t size) {
   close(fd);
 }
 
-/* Runs `ferry bench ARGS...` (NULL-terminated) with only the native backend. */
-static const result *bench(const char *first, ...) {
-  const char *argv[64] = {tool, "bench"};
-  int argc = 2;
-  va_list ap;
-  va_start(ap, first);
+/* The environment of the next runs: "NAME=VALUE" (an empty VALUE unsets NAME). */
+static const char *env_for_run[8];
+
+static double now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Runs `ferry ARGS...` (NULL-terminated), with only the native backend unless
+ * env_for_run says otherwise. */
+static const result *ferry_v(const char *first, va_list ap) {
+  const char *argv[64] = {tool};
+  int argc = 1;
   for (const char *a = first; a && argc < 62; a = va_arg(ap, const char *))
     argv[argc++] = a;
-  va_end(ap);
   argv[argc] = NULL;
 
-  char out_name[] = "/tmp/ferry-bench-cli-out-XXXXXX", err_name[] = "/tmp/ferry-bench-cli-err-XXXXXX";
+  char out_name[] = "/tmp/ferry-cli-out-XXXXXX", err_name[] = "/tmp/ferry-cli-err-XXXXXX";
   int out = mkstemp(out_name), err = mkstemp(err_name);
   res.code = -1;
   res.out[0] = res.err[0] = '\0';
@@ -71,19 +89,53 @@ static const result *bench(const char *first, ...) {
   unlink(out_name);
   unlink(err_name);
   fflush(NULL);
+  double t0 = now();
   pid_t pid = fork();
   if (pid == 0) {
     dup2(out, 1);
     dup2(err, 2);
     setenv("FERRY_BACKENDS", "native", 1);
+    for (int i = 0; i < 8 && env_for_run[i]; i++) {
+      char name[128];
+      const char *eq = strchr(env_for_run[i], '=');
+      snprintf(name, sizeof name, "%.*s", (int)(eq - env_for_run[i]), env_for_run[i]);
+      if (eq[1])
+        setenv(name, eq + 1, 1);
+      else
+        unsetenv(name);
+    }
     execv(tool, (char *const *)argv);
     _exit(127);
   }
   int status = 0;
   if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) res.code = WEXITSTATUS(status);
+  res.seconds = now() - t0;
   slurp(out, res.out, sizeof res.out);
   slurp(err, res.err, sizeof res.err);
   return &res;
+}
+
+static const result *ferry(const char *first, ...) {
+  va_list ap;
+  va_start(ap, first);
+  const result *r = ferry_v(first, ap);
+  va_end(ap);
+  return r;
+}
+
+/* `ferry bench ARGS...` */
+static const result *bench(const char *first, ...) {
+  va_list ap;
+  va_start(ap, first);
+  /* "bench" goes first: shift the arguments by one through a small array. */
+  const char *args[64] = {first};
+  int n = 1;
+  for (const char *a = va_arg(ap, const char *); a && n < 62; a = va_arg(ap, const char *))
+    args[n++] = a;
+  va_end(ap);
+  args[n] = NULL;
+  return ferry("bench", args[0], args[1], args[2], args[3], args[4], args[5], args[6], args[7], args[8], args[9],
+               args[10], args[11], args[12], args[13], args[14], args[15], args[16], (const char *)NULL);
 }
 
 /* Bad arguments: exit 2, the sentence and the usage on stderr, nothing on stdout. */
@@ -98,14 +150,48 @@ static const result *bench(const char *first, ...) {
     CHECK_MSG(r_->out[0] == '\0', "ferry bench %s: printed on stdout: %s", #__VA_ARGS__, r_->out);                     \
   } while (0)
 
+/* Counts the occurrences of needle in text. */
+static int count_in(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
+    n++;
+  return n;
+}
+
+/* Every line at most `width` columns (the tables are meant for a terminal). */
+static bool lines_fit(const char *text, int width, char *longest, size_t size) {
+  bool fit = true;
+  for (const char *p = text; *p;) {
+    const char *end = strchr(p, '\n');
+    int len = end ? (int)(end - p) : (int)strlen(p);
+    if (len > width && fit) {
+      snprintf(longest, size, "%.*s", len, p);
+      fit = false;
+    }
+    p += len + (end ? 1 : 0);
+  }
+  return fit;
+}
+
+static bool file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* ---- ferry bench ---------------------------------------------------------------------- */
+
 static void check_help(void) {
-  harness_context = "--help";
+  harness_context = "bench --help";
   const result *r = bench("--help", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--help exit %d; stderr: %s", r->code, r->err);
-  static const char *const options[] = {"--device N|all", "--sizes", "--repeat",  "--quick",    "--json",     "--csv",
-                                        "--plot",         "A:B",     "K, M or G", "-h, --help", "exit status"};
+  static const char *const options[] = {"--device N|all", "--backend", "--paths",   "--sizes",    "--repeat",
+                                        "--quick",        "--json",    "--csv",     "--plot",     "-q, --quiet",
+                                        "--no-legend",    "A:B",       "K, M or G", "-h, --help", "exit status",
+                                        "ferry help env", "peer",      "cross"};
   for (size_t i = 0; i < sizeof options / sizeof options[0]; i++)
-    CHECK_MSG(strstr(r->out, options[i]) != NULL, "--help does not mention %s", options[i]);
+    CHECK_MSG(strstr(r->out, options[i]) != NULL, "ferry bench --help does not mention %s", options[i]);
+  char longest[512];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "a --help line is wider than 100: %s", longest);
   r = bench("-h", (const char *)NULL);
   CHECK(r->code == 0 && strstr(r->out, "usage: ferry bench"));
   /* --help wins over what follows, even a bad argument. */
@@ -114,24 +200,26 @@ static void check_help(void) {
 }
 
 static void check_bad_arguments(void) {
-  harness_context = "bad arguments";
+  harness_context = "bench: bad arguments";
   CHECK_BAD("unknown option '--bogus'", "--bogus");
   CHECK_BAD("unknown option '-x'", "-x");
   CHECK_BAD("unexpected argument 'now'", "now");
   CHECK_BAD("--sizes needs a value", "--sizes");
   CHECK_BAD("--sizes needs a value", "--sizes=");
-  CHECK_BAD("0 bytes measures nothing", "--sizes", "0");
-  CHECK_BAD("0 bytes measures nothing", "--sizes", "4K:0");
-  CHECK_BAD("0 bytes measures nothing", "--sizes", "4K,0K");
+  /* --sizes: the sentence names the part that is wrong. */
+  CHECK_BAD("'0' is 0 bytes, which measures nothing", "--sizes", "0");
+  CHECK_BAD("--sizes 4K:0: '0' is 0 bytes", "--sizes", "4K:0");
+  CHECK_BAD("'0K' is 0 bytes", "--sizes", "4K,0K");
   CHECK_BAD("'abc' is not a size", "--sizes", "abc");
   CHECK_BAD("'4Q' is not a size", "--sizes", "4Q");
+  CHECK_BAD("'8Q' is not a size", "--sizes", "4K:8Q");
   CHECK_BAD("'-4K' is not a size", "--sizes", "-4K");
   CHECK_BAD("'1.5M' is not a size", "--sizes", "1.5M");
   CHECK_BAD("is too large", "--sizes", "99999999999999999999");
-  CHECK_BAD("is too large", "--sizes", "99999999999T");
-  CHECK_BAD("the first size (1 GiB) is larger than the last (4 KiB)", "--sizes", "1G:4K");
-  CHECK_BAD("step factor", "--sizes", "4K:1M:1");
-  CHECK_BAD("step factor", "--sizes", "4K:1M:x");
+  CHECK_BAD("'99999999999T' is too large", "--sizes", "99999999999T");
+  CHECK_BAD("the first size '1G' (1 GiB) is larger than the last '4K' (4 KiB)", "--sizes", "1G:4K");
+  CHECK_BAD("the step factor '1' after the second ':'", "--sizes", "4K:1M:1");
+  CHECK_BAD("the step factor 'x'", "--sizes", "4K:1M:x");
   CHECK_BAD("an empty item", "--sizes", "4K,,8K");
   CHECK_BAD("an empty item", "--sizes", "4K,");
   CHECK_BAD("either a range A:B or a list", "--sizes", "4K:8K,16K");
@@ -150,6 +238,14 @@ static void check_bad_arguments(void) {
   CHECK_BAD("--device needs a value", "--device");
   CHECK_BAD("there is no device 7; this machine has 1 device (0..0)", "--device", "7");
   CHECK_BAD("there is no device 3", "--device", "0,3");
+  CHECK_BAD("--paths h2d,bogus: 'bogus' is not a path; the paths are h2d, d2h", "--paths", "h2d,bogus");
+  CHECK_BAD("an empty item", "--paths", "h2d,");
+  CHECK_BAD("--paths needs a value", "--paths=");
+  CHECK_BAD("there is no backend 'nosuch'; this build has native, cuda, metal, opencl, vulkan, checked", "--backend",
+            "nosuch");
+  CHECK_BAD("--backend opencl: the opencl backend has no devices on this machine: left out by FERRY_BACKENDS",
+            "--backend", "opencl");
+  CHECK_BAD("--backend needs a value", "--backend");
   CHECK_BAD("--json needs a value", "--json");
   CHECK_BAD("--json needs a file name", "--json=");
   CHECK_BAD("--plot needs a file name", "--plot", "-");
@@ -157,27 +253,32 @@ static void check_bad_arguments(void) {
   CHECK_BAD("--json and --csv name the same file '-'", "--json", "-", "--csv", "-");
 }
 
-/* Counts the lines of the table that name a size (the data rows). */
-static int count_in(const char *text, const char *needle) {
-  int n = 0;
-  for (const char *p = text; (p = strstr(p, needle)) != NULL; p += strlen(needle))
-    n++;
-  return n;
-}
-
 static void check_good_runs(void) {
-  harness_context = "good runs";
+  harness_context = "bench: good runs";
   const result *r = bench("--device", "0", "--sizes", "4K", "--repeat", "1", (const char *)NULL);
   CHECK_MSG(r->code == 0, "a small run: exit %d; stderr: %s", r->code, r->err);
   CHECK_MSG(strstr(r->out, "device 0: native"), "no device heading: %s", r->out);
-  CHECK(strstr(r->out, "ferry/raw") != NULL);
-  CHECK(strstr(r->out, "memcpy") != NULL);
+  CHECK(strstr(r->out, "ferry/raw") != NULL && strstr(r->out, "memcpy") != NULL);
   CHECK(strstr(r->out, "0 failures") != NULL);
   static const char *const rows[] = {"h2d ",          "d2h ",           "h2d pinned", "d2h pinned",
                                      "host-ptr sync", "zero-copy sync", "d2d ",       "alloc+free"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     CHECK_MSG(strstr(r->out, rows[i]) != NULL, "the table lacks the row '%s'", rows[i]);
   CHECK_MSG(r->err[0] == '\0', "stderr is not a terminal, yet something was printed there: %s", r->err);
+  /* What it ran on (item 4): ferry's version, the OS and CPU, the device's driver. */
+  CHECK_MSG(strstr(r->out, "ferry 0.") && strstr(r->out, "processor") && strstr(r->out, "driver: glibc"),
+            "the header does not say what the run ran on: %.600s", r->out);
+  /* Plurals (item 9): 1 sample, 1 device. */
+  CHECK_MSG(strstr(r->out, "1 sample a figure") != NULL, "no '1 sample a figure' with --repeat 1: %.300s", r->out);
+  CHECK_MSG(strstr(r->out, "on 1 device in") != NULL, "no 'on 1 device' in the summary");
+  /* The latency columns (item 6): microseconds for sizes below 64 KiB. */
+  CHECK_MSG(strstr(r->out, "ferry us") && strstr(r->out, "raw us"), "no latency columns");
+  /* The sync rows move no bytes: microseconds, not GB/s (item 1). */
+  const char *sync = strstr(r->out, "host-ptr sync");
+  CHECK_MSG(sync && strstr(sync, " us ") && strstr(sync, " us ") < strchr(sync, '\n'), "host-ptr sync is not in us");
+  /* Tables fit 100 columns (item 7). */
+  char longest[512];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "a line wider than 100 columns: %s", longest);
 
   /* A:B steps by 4 up to B; A:B:F by F; a list is sorted and deduplicated; --opt=value works. */
   r = bench("--sizes", "1K:16K", "--repeat", "1", (const char *)NULL);
@@ -196,6 +297,15 @@ static void check_good_runs(void) {
   CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 8 && count_in(r->out, " 16 KiB ") == 0,
             "--sizes 4K:10K measures 4 KiB alone");
 
+  /* Tiny transfers: the unit that fits, never "0.000 GB/s" (item 7); "1 byte" (item 9). */
+  r = bench("--sizes", "1,16", "--repeat", "1", "--paths", "h2d,d2h", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "--sizes 1,16: exit %d; stderr: %s", r->code, r->err);
+  CHECK_MSG(strstr(r->out, " 1 byte ") != NULL, "no '1 byte' row: %s", r->out);
+  CHECK_MSG(strstr(r->out, "0.00 GB/s") == NULL && strstr(r->out, "0.000 GB/s") == NULL &&
+                strstr(r->out, " 0.0 GB/s") == NULL,
+            "a zero GB/s figure: %s", r->out);
+  CHECK_MSG(strstr(r->out, "MB/s") != NULL || strstr(r->out, "KB/s") != NULL, "1-byte copies not in MB/s: %s", r->out);
+
   /* A size beyond the host memory is not measured, with a note, and is no failure. */
   r = bench("--sizes", "4K,1T", "--repeat", "1", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--sizes 4K,1T: exit %d; stderr: %s", r->code, r->err);
@@ -203,34 +313,264 @@ static void check_good_runs(void) {
             "--sizes 4K,1T: no note about the size cap: %s", r->out);
   CHECK(count_in(r->out, " 4 KiB ") == 8);
 
-  /* --json - puts the data on stdout and the table on stderr. */
+  /* --json - puts the data on stdout and the tables on stderr. */
   r = bench("--sizes", "4K", "--repeat", "1", "--json", "-", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--json -: exit %d; stderr: %s", r->code, r->err);
-  CHECK_MSG(r->out[0] == '{' && strstr(r->out, "\"devices\""), "--json - did not write JSON to stdout: %.200s", r->out);
+  CHECK_MSG(r->out[0] == '{' && strstr(r->out, "\"schema_version\": 1"),
+            "--json - did not write JSON to stdout: %.200s", r->out);
   CHECK_MSG(strstr(r->err, "ferry/raw") != NULL, "--json -: the table is not on stderr");
   r = bench("--sizes", "4K", "--repeat", "1", "--csv", "-", (const char *)NULL);
   CHECK_MSG(r->code == 0 && strncmp(r->out, "device,backend,", 15) == 0, "--csv - did not write CSV to stdout");
 }
 
-static void check_failures(void) {
-  harness_context = "failures";
-  /* A file that cannot be written is a failure: a sentence, exit 1, and the rest still done. */
-  const result *r = bench("--sizes", "4K", "--repeat", "1", "--json", "/nonexistent-dir/x.json", (const char *)NULL);
-  CHECK_MSG(r->code == 1, "an unwritable --json: exit %d, expected 1", r->code);
-  CHECK_MSG(strstr(r->err, "--json /nonexistent-dir/x.json: cannot write the file") != NULL, "stderr: %s", r->err);
-  CHECK(strstr(r->out, "device 0: native") != NULL);
-  r = bench("--sizes", "4K", "--repeat", "1", "--plot", "/nonexistent-dir/x.svg", (const char *)NULL);
-  CHECK_MSG(r->code == 1 && strstr(r->err, "--plot /nonexistent-dir/x.svg: cannot write"), "stderr: %s", r->err);
+/* Choosing what to run (item 6) and the checked backend (item 10). */
+static void check_choosing(void) {
+  harness_context = "bench: --paths, --backend, --quiet, --no-legend";
+  const result *r = bench("--sizes", "4K", "--repeat", "1", "--paths", "h2d,alloc", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "--paths h2d,alloc: exit %d; stderr: %s", r->code, r->err);
+  CHECK_MSG(count_in(r->out, " 4 KiB ") == 2, "--paths h2d,alloc: not 2 rows: %s", r->out);
+  CHECK(strstr(r->out, "  h2d ") && strstr(r->out, "alloc+free") && !strstr(r->out, "d2h pinned"));
+  r = bench("--sizes", "4K", "--repeat", "1", "--paths", "pinned,sync", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 4, "--paths pinned,sync: not 4 rows: %s", r->out);
+  r = bench("--sizes", "4K", "--repeat", "1", "--backend", "native", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 0: native"), "--backend native: exit %d: %s", r->code, r->err);
+  r = bench("--sizes", "4K", "--repeat", "1", "-q", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && r->out[0] == '\0' && r->err[0] == '\0', "--quiet: exit %d, stdout: %.200s", r->code,
+            r->out);
+  r = bench("--sizes", "4K", "--repeat", "1", "--no-legend", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && !strstr(r->out, "\nrows:") && !strstr(r->out, "\ncolumns:") && strstr(r->out, "ferry/raw"),
+            "--no-legend: the legend is there, or the table is not");
+  r = bench("--sizes", "4K", "--repeat", "1", (const char *)NULL);
+  CHECK_MSG(strstr(r->out, "\nrows:") && strstr(r->out, "\ncolumns:"), "no legend by default");
+
+  harness_context = "bench: the checked backend";
+  const char *both[] = {"FERRY_BACKENDS=native,checked", NULL};
+  memcpy(env_for_run, both, sizeof both);
+  r = bench("--sizes", "4K", "--repeat", "1", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "native + checked: exit %d; stderr: %s", r->code, r->err);
+  CHECK_MSG(strstr(r->out, "device 0: native") && !strstr(r->out, "device 1: checked"),
+            "the checked device was measured without being asked for: %.400s", r->out);
+  CHECK_MSG(strstr(r->out, "device 1 (checked) left out: a debugging device"), "no line about the checked device");
+  r = bench("--sizes", "4K", "--repeat", "1", "--backend", "checked", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 1: checked") && !strstr(r->out, "device 0: native"),
+            "--backend checked: %.400s", r->out);
+  CHECK(strstr(r->out, "a debugging device") != NULL);
+  r = bench("--sizes", "4K", "--repeat", "1", "--device", "1", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 1: checked"), "--device 1 does not measure checked");
+  r = bench("--sizes", "4K", "--repeat", "1", "--device", "all", "--paths", "h2d,cross", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 1: checked") && strstr(r->out, "cross 0>1") &&
+                strstr(r->out, "cross 1>0"),
+            "--device all: no checked device or no pairs: %.2000s", r->out);
+  env_for_run[0] = NULL;
 }
 
-int main(void) {
+/* Output files checked before measuring (item 2); runs that measure nothing (item 3). */
+static void check_failures(void) {
+  harness_context = "bench: failures";
+  const result *r = bench("--sizes", "4K", "--repeat", "1", "--json", "/nonexistent-dir/x.json", (const char *)NULL);
+  CHECK_MSG(r->code == 2, "an unwritable --json: exit %d, expected 2", r->code);
+  CHECK_MSG(strstr(r->err, "--json /nonexistent-dir/x.json: cannot create '/nonexistent-dir/x.json': the folder "
+                           "'/nonexistent-dir' does not exist"),
+            "stderr: %s", r->err);
+  CHECK_MSG(r->out[0] == '\0', "an unwritable --json: something was measured first: %.300s", r->out);
+  r = bench("--csv", "/tmp", (const char *)NULL);
+  CHECK_MSG(r->code == 2 && strstr(r->err, "--csv /tmp: '/tmp' is a folder") && r->out[0] == '\0', "--csv /tmp: %s",
+            r->err);
+  /* Checked before measuring: a full run with a bad --plot ends at once. */
+  r = bench("--plot", "/nonexistent-dir/x.svg", (const char *)NULL);
+  CHECK_MSG(r->code == 2 && strstr(r->err, "--plot /nonexistent-dir/x.svg: cannot create") && r->seconds < 2,
+            "--plot /nonexistent-dir/x.svg: exit %d after %.1f s: %s", r->code, r->seconds, r->err);
+  /* The check leaves no file behind. */
+  char path[] = "/tmp/ferry-cli-json-XXXXXX";
+  int fd = mkstemp(path);
+  CHECK(fd >= 0);
+  if (fd >= 0) {
+    close(fd);
+    unlink(path);
+    r = bench("--sizes", "4K:1K", "--json", path, (const char *)NULL); /* bad arguments: no file either */
+    CHECK(r->code == 2 && !file_exists(path));
+    r = bench("--sizes", "4K", "--repeat", "1", "--json", path, (const char *)NULL);
+    CHECK_MSG(r->code == 0 && file_exists(path), "--json FILE: exit %d, file %s", r->code,
+              file_exists(path) ? "written" : "missing");
+    unlink(path);
+  }
+
+  /* Nothing to measure: a sentence, and exit 1. */
+  r = bench("--sizes", "64T", (const char *)NULL);
+  CHECK_MSG(r->code == 1 && strstr(r->err, "ferry bench: nothing to measure: device 0 (native) takes sizes up to"),
+            "--sizes 64T: exit %d: %s", r->code, r->err);
+  CHECK_MSG(r->out[0] == '\0', "--sizes 64T: a table of nothing: %s", r->out);
+  r = bench("--paths", "peer", (const char *)NULL);
+  CHECK_MSG(r->code == 1 && strstr(r->err, "nothing to measure: copies between devices need two devices"),
+            "--paths peer on one device: exit %d: %s", r->code, r->err);
+  const char *checked_only[] = {"FERRY_BACKENDS=checked", NULL};
+  memcpy(env_for_run, checked_only, sizeof checked_only);
+  r = bench("--sizes", "4K", (const char *)NULL);
+  CHECK_MSG(r->code == 1 && strstr(r->err, "nothing to measure: no device is asked for: device 0 is the checked"),
+            "only checked: exit %d: %s", r->code, r->err);
+  env_for_run[0] = NULL;
+}
+
+/* ---- ferry info, help, version, the manual ------------------------------------------ */
+
+static void check_info(void) {
+  harness_context = "info";
+  const char *both[] = {"FERRY_BACKENDS=native,checked", NULL};
+  memcpy(env_for_run, both, sizeof both);
+  const result *r = ferry("info", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "ferry info: exit %d: %s", r->code, r->err);
+  CHECK_MSG(strstr(r->out, "  1   checked") && strstr(r->out, " debug ") &&
+                strstr(r->out, "debug: the checked backend"),
+            "ferry info does not mark the checked device: %s", r->out);
+  CHECK_MSG(strstr(r->out, "skipped: left out by FERRY_BACKENDS"), "backends without devices not listed");
+  char longest[512];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "ferry info: a line wider than 100: %s", longest);
+  r = ferry("info", "--verbose", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 0: native") && strstr(r->out, "driver          glibc") &&
+                strstr(r->out, "API             Linux") && strstr(r->out, " free;") &&
+                strstr(r->out, "settings in effect"),
+            "ferry info --verbose: %s", r->out);
+  r = ferry("info", "-v", (const char *)NULL);
+  CHECK(r->code == 0 && strstr(r->out, "PCI address"));
+  r = ferry("info", "--help", (const char *)NULL);
+  static const char *const words[] = {"--verbose", "--json [FILE]", "-h, --help",  "columns:",    "zero-copy",
+                                      "host-ptr",  "debug",         "exit status", "environment", "ferry help"};
+  CHECK_MSG(r->code == 0, "ferry info --help: exit %d", r->code);
+  for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+    CHECK_MSG(strstr(r->out, words[i]) != NULL, "ferry info --help does not mention %s", words[i]);
+  r = ferry("info", "--bogus", (const char *)NULL);
+  CHECK_MSG(r->code == 2 && strstr(r->err, "unknown option '--bogus'") && strstr(r->err, "usage: ferry info"),
+            "ferry info --bogus: exit %d: %s", r->code, r->err);
+  r = ferry("info", "--json", "/nonexistent-dir/i.json", (const char *)NULL);
+  CHECK_MSG(r->code == 2 && strstr(r->err, "the folder '/nonexistent-dir' does not exist"),
+            "ferry info --json /nonexistent-dir/i.json: exit %d: %s", r->code, r->err);
+  char path[] = "/tmp/ferry-cli-info-XXXXXX";
+  int fd = mkstemp(path);
+  if (fd >= 0) {
+    close(fd);
+    r = ferry("info", "--json", path, (const char *)NULL);
+    CHECK_MSG(r->code == 0 && r->out[0] == '\0', "ferry info --json FILE: exit %d, stdout %.100s", r->code, r->out);
+    FILE *f = fopen(path, "r");
+    char head[256] = "";
+    if (f) {
+      size_t n = fread(head, 1, sizeof head - 1, f);
+      head[n] = '\0';
+      fclose(f);
+    }
+    CHECK_MSG(strstr(head, "\"schema_version\": 1") && strstr(head, "\"tool\": \"ferry info\""),
+              "ferry info --json FILE wrote: %s", head);
+    unlink(path);
+  }
+  r = ferry("info", "--json", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && r->out[0] == '{' && strstr(r->out, "\"debugging\": true"), "ferry info --json: %.200s",
+            r->out);
+  env_for_run[0] = NULL;
+}
+
+static void check_help_and_version(void) {
+  harness_context = "help, version";
+  const result *r = ferry("-V", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strncmp(r->out, "ferry 0.", 8) == 0, "ferry -V: exit %d: %s", r->code, r->out);
+  r = ferry("--version", (const char *)NULL);
+  CHECK(r->code == 0 && strncmp(r->out, "ferry 0.", 8) == 0);
+  r = ferry("version", (const char *)NULL);
+  CHECK(r->code == 0 && strncmp(r->out, "ferry 0.", 8) == 0);
+  r = ferry("help", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "ferry help env") && strstr(r->out, "FERRY_BACKENDS"), "ferry help: %s",
+            r->out);
+  r = ferry("help", "env", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "OCL_ICD_VENDORS") && strstr(r->out, "FERRY_REQUIRE_BACKENDS"),
+            "ferry help env: %s", r->out);
+  /* Every setting the library reads is in 'ferry help env', with what it accepts. */
+  size_t options = ferry_option_count();
+  CHECK_MSG(options >= 10, "only %zu settings", options);
+  for (size_t i = 0; i < options; i++) {
+    ferry_option_info o;
+    CHECK_OK(ferry_option_get(i, &o));
+    char line[160];
+    snprintf(line, sizeof line, "\n  %s\n", o.name);
+    CHECK_MSG(strstr(r->out, line) != NULL, "ferry help env does not list %s", o.name);
+  }
+  char longest[512];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "ferry help env: a line wider than 100: %s", longest);
+  /* The settings in effect, where they come from: bench's header, info --verbose and --json. */
+  const char *env[] = {"FERRY_CACHE_LIMIT=1G", NULL};
+  memcpy(env_for_run, env, sizeof env);
+  r = bench("--sizes", "4K", "--repeat", "1", "--paths", "h2d", (const char *)NULL);
+  CHECK_MSG(r->code == 0 &&
+                strstr(r->out, "settings: FERRY_BACKENDS=native (environment), FERRY_CACHE_LIMIT=1G (environment);"),
+            "bench's header does not say FERRY_CACHE_LIMIT=1G: %.400s", r->out);
+  r = ferry("info", "--verbose", (const char *)NULL);
+  CHECK_MSG(strstr(r->out, "FERRY_CACHE_LIMIT") && strstr(r->out, "1G") && strstr(r->out, "environment"),
+            "ferry info --verbose does not list FERRY_CACHE_LIMIT=1G: %s", r->out);
+  r = ferry("info", "--json", (const char *)NULL);
+  CHECK_MSG(strstr(r->out, "{\"name\": \"FERRY_CACHE_LIMIT\", \"value\": \"1G\", \"source\": \"environment\"}"),
+            "ferry info --json: no FERRY_CACHE_LIMIT setting from the environment: %.2000s", r->out);
+  /* A bad value: ferry cannot start, and says why. */
+  const char *bad[] = {"FERRY_CACHE_LIMIT=-5", NULL};
+  memcpy(env_for_run, bad, sizeof bad);
+  r = ferry("info", (const char *)NULL);
+  CHECK_MSG(r->code == 1 && strstr(r->err, "FERRY_CACHE_LIMIT"), "ferry info with FERRY_CACHE_LIMIT=-5: exit %d: %s",
+            r->code, r->err);
+  env_for_run[0] = NULL;
+  r = ferry("help", "bench", (const char *)NULL);
+  CHECK(r->code == 0 && strstr(r->out, "usage: ferry bench"));
+  r = ferry("help", "info", (const char *)NULL);
+  CHECK(r->code == 0 && strstr(r->out, "usage: ferry info"));
+  r = ferry("help", "nothing", (const char *)NULL);
+  CHECK(r->code == 2 && strstr(r->err, "no help on 'nothing'"));
+  r = ferry("frobnicate", (const char *)NULL);
+  CHECK(r->code == 2 && strstr(r->err, "unknown command 'frobnicate'"));
+  r = ferry((const char *)NULL);
+  CHECK(r->code == 2 && strstr(r->err, "usage: ferry"));
+}
+
+/* ---- two fake CUDA GPUs (--fake-cuda) --------------------------------------------- */
+
+static void check_fake_cuda(void) {
+  harness_context = "fake cuda";
+  const char *env[] = {"FERRY_BACKENDS=cuda,native", NULL};
+  memcpy(env_for_run, env, sizeof env);
+  const result *r = ferry("info", "--verbose", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "device 1: cuda") && strstr(r->out, "PCI address     0000:11:00.0") &&
+                strstr(r->out, "API             CUDA 13.0") && strstr(r->out, "UUID            66616b65-"),
+            "ferry info --verbose on two fake GPUs: %s", r->out);
+  /* Peer copies between the two GPUs, against cuMemcpyPeer: what bench/bench_peer measured. */
+  r = bench("--backend", "cuda", "--paths", "peer,h2d", "--sizes", "4K,1M", "--repeat", "2", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "peer rows: exit %d: %s", r->code, r->err);
+  CHECK_MSG(strstr(r->out, "peer 0>1") && strstr(r->out, "peer 1>0") && strstr(r->out, "cuMemcpyPeer") &&
+                strstr(r->out, "0 failures"),
+            "no peer rows between the fake GPUs: %s", r->out);
+  CHECK_MSG(strstr(r->out, "driver: libcuda.so.1, CUDA 13.0"), "no CUDA driver line: %.500s", r->out);
+  CHECK_MSG(!strstr(r->err, "fake_cuda:"), "the fake driver saw misuse: %s", r->err);
+  /* Staged through the host when peer access is off (FERRY_CUDA_PEER=0), still beside cuMemcpyPeer. */
+  const char *staged[] = {"FERRY_BACKENDS=cuda,native", "FERRY_CUDA_PEER=0", NULL};
+  memcpy(env_for_run, staged, sizeof staged);
+  r = bench("--device", "0,1", "--paths", "peer,cross", "--sizes", "1M", "--repeat", "2", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "peer 0>1") && !strstr(r->out, "cross 0>1"),
+            "staged peer copies: exit %d: %s%s", r->code, r->out, r->err);
+  /* With native too: cross rows between cuda and native. */
+  r = bench("--paths", "cross", "--sizes", "4K", "--repeat", "1", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "cross 0>2") && strstr(r->out, "cross 2>0"),
+            "cross rows between cuda and native: %s%s", r->out, r->err);
+  env_for_run[0] = NULL;
+}
+
+int main(int argc, char **argv) {
   if (!find_tool()) {
     printf("bench_cli: skipped: the ferry program is not at %s (set FERRY_TOOL to its path)\n", tool);
     return HARNESS_SKIP;
   }
+  if (argc > 1 && strcmp(argv[1], "--fake-cuda") == 0) {
+    check_fake_cuda();
+    return harness_finish("bench_cli (fake cuda)");
+  }
   check_help();
   check_bad_arguments();
   check_good_runs();
+  check_choosing();
   check_failures();
+  check_info();
+  check_help_and_version();
   return harness_finish("bench_cli");
 }

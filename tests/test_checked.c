@@ -94,6 +94,55 @@ int main(void) {
   raw[17] = 0xDD;
   CHECK_OK(ferry_device_synchronize(dev));
 
+  harness_context = "transfers that move nothing";
+  /* Every transfer touching a damaged buffer fails, also one of zero bytes and a
+   * copy onto itself (which move nothing, so the core checks the guards itself). */
+  CHECK_OK(ferry_alloc(dev, 100, FERRY_UINT8, &b));
+  CHECK_OK(ferry_alloc(dev, 100, FERRY_UINT8, &other));
+  raw = (unsigned char *)ferry_device_ptr(b);
+  raw[104] = 0x11;
+  CHECK_STATUS(ferry_write(b, 0, NULL, 0), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("ferry_write: buffer");
+  CHECK_ERROR_HAS("offset 104");
+  CHECK_STATUS(ferry_read(b, 100, NULL, 0), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_copy(b, 10, b, 10, 50), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("ferry_copy: buffer");
+  CHECK_STATUS(ferry_copy(b, 0, other, 0, 0), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_copy(other, 0, b, 0, 0), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_device_to_device(b, b), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ferry_host_ptr_to_device(h, 100, b), FERRY_ERROR_BACKEND);
+  CHECK_OK(ferry_copy(other, 0, other, 0, 100)); /* the intact buffer is fine */
+  CHECK_OK(ferry_write(other, 0, NULL, 0));
+  ferry_stats stats_before, stats_after;
+  CHECK_OK(ferry_device_stats(dev, &stats_before));
+  CHECK_STATUS(ferry_copy(b, 0, b, 0, 0), FERRY_ERROR_BACKEND);
+  CHECK_OK(ferry_device_stats(dev, &stats_after));
+  CHECK(stats_after.d2d_count == stats_before.d2d_count); /* a failed call counts nothing */
+  raw[104] = 0xFD;
+  CHECK_OK(ferry_copy(b, 0, b, 0, 0));
+  CHECK_OK(ferry_device_stats(dev, &stats_after));
+  CHECK(stats_after.d2d_count == stats_before.d2d_count + 1);
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_free(other));
+
+  harness_context = "ferry_device_trim gives the quarantine back";
+  ferry_buffer freed[4];
+  unsigned char *freed_raw[4];
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(ferry_alloc(dev, (size_t)4 << 20, FERRY_UINT8, &freed[i]));
+    freed_raw[i] = (unsigned char *)ferry_device_ptr(freed[i]);
+  }
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(ferry_free(freed[i]));
+  freed_raw[2][99] = 0x42; /* a write after free, found when the quarantine is let go */
+  CHECK_STATUS(ferry_device_trim(dev), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("write after free");
+  CHECK_ERROR_HAS("offset 99");
+  CHECK_ERROR_HAS("ferry_device_trim");
+  /* The quarantine is empty now: nothing is left to verify, or to trim. */
+  CHECK_OK(ferry_device_synchronize(dev));
+  CHECK_OK(ferry_device_trim(dev));
+
   harness_context = "zero-copy buffers have no guards";
   float arr[8] = {0};
   ferry_buffer z;

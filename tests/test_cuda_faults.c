@@ -6,7 +6,7 @@
  * the CUresult by name and number, the sizes and the device; out of memory with
  * the bytes asked and the device's free memory; a refused registration with its
  * reason; a failed call must leave nothing allocated or registered. Also: the
- * staging-pipeline operations (write_async, read_async, wait_slot), the pinned
+ * engine's operations (pin_alloc, pin_register, dma_start, dma_wait), the pinned
  * check, peer copies and their fallback, and, at the end, that ferry left
  * nothing behind in the driver.
  *
@@ -16,7 +16,7 @@
 #define _GNU_SOURCE
 #endif
 #include "backends/cuda/cuda_api.h"
-#include "core/backend.h"
+#include "core/internal.h"
 #include "fake_cuda/fake_cuda.h"
 #include "harness.h"
 
@@ -289,70 +289,98 @@ static void host_ptr_refusals(void) {
   free(array);
 }
 
-/* ---- the staging pipeline's operations ------------------------------------------------------------- */
+/* ---- pinned memory and DMA for the core's engine ------------------------------------------------ */
 
-static void pipeline_ops(void) {
-  section("write_async, read_async, wait_slot, host_is_pinned");
+static void dma_ops(void) {
+  section("pin_alloc, pin_register, pin_release, dma_start, dma_wait, host_pinned");
   const ferry_device_ops *ops = dev0->ops;
-  CHECK(ops->write_async && ops->read_async && ops->wait_slot && ops->host_is_pinned);
-  if (!ops->write_async) return;
-  size_t slot_bytes = 1 << 16, total = slot_bytes * FERRY_STAGE_SLOTS * 3;
+  CHECK(ops->pin_alloc && ops->pin_register && ops->pin_release && ops->dma_start && ops->dma_wait && ops->host_pinned);
+  if (!ops->dma_start) return;
+  enum { BLOCKS = 4 };
+  size_t block_bytes = 1 << 16, total = block_bytes * BLOCKS * 3;
   ferry_mem mem;
   CHECK_OK(ops->alloc(dev0, total, &mem));
-  unsigned char *slots[FERRY_STAGE_SLOTS], *model = malloc(total), *back = malloc(total);
+  unsigned char *blocks[BLOCKS], *model = malloc(total), *back = malloc(total);
+  ferry_pinned pins[BLOCKS];
+  ferry_ticket tickets[BLOCKS];
+  bool busy[BLOCKS] = {false};
   fill_pattern(model, total, 77);
-  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
-    CHECK_OK(ferry_host_alloc(dev0, slot_bytes, (void **)&slots[s]));
-  /* Three rounds over the slots, each slot waited for before it is refilled. */
-  for (size_t off = 0, i = 0; off < total; off += slot_bytes, i++) {
-    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
-    CHECK_OK(ops->wait_slot(dev0, s));
-    memcpy(slots[s], model + off, slot_bytes);
-    CHECK_OK(ops->write_async(dev0, &mem, off, slots[s], slot_bytes, s));
+  for (unsigned s = 0; s < BLOCKS; s++) {
+    CHECK_OK(ferry_host_alloc(dev0, block_bytes, (void **)&blocks[s]));
+    CHECK(ferry__pinned_find(dev0, blocks[s], block_bytes, &pins[s]));
   }
-  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
-    CHECK_OK(ops->wait_slot(dev0, s));
+  /* Three rounds over the blocks, each block's copy waited for before it is refilled. */
+  for (size_t off = 0, i = 0; off < total; off += block_bytes, i++) {
+    unsigned s = (unsigned)(i % BLOCKS);
+    if (busy[s]) CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+    memcpy(blocks[s], model + off, block_bytes);
+    CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, off, &pins[s], block_bytes, &tickets[s]));
+    busy[s] = true;
+  }
+  for (unsigned s = 0; s < BLOCKS; s++)
+    CHECK_OK(ops->dma_wait(dev0, tickets[s]));
   CHECK_OK(ops->read(dev0, &mem, 0, back, total));
   CHECK(memcmp(model, back, total) == 0);
   /* And back out. */
   memset(back, 0, total);
-  for (size_t off = 0, i = 0; off < total; off += slot_bytes, i++) {
-    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
-    if (i >= FERRY_STAGE_SLOTS) {
-      CHECK_OK(ops->wait_slot(dev0, s));
-      memcpy(back + off - FERRY_STAGE_SLOTS * slot_bytes, slots[s], slot_bytes);
+  for (size_t off = 0, i = 0; off < total; off += block_bytes, i++) {
+    unsigned s = (unsigned)(i % BLOCKS);
+    if (i >= BLOCKS) {
+      CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+      memcpy(back + off - BLOCKS * block_bytes, blocks[s], block_bytes);
     }
-    CHECK_OK(ops->read_async(dev0, &mem, off, slots[s], slot_bytes, s));
+    CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_HOST, &mem, off, &pins[s], block_bytes, &tickets[s]));
   }
-  for (size_t i = total / slot_bytes - FERRY_STAGE_SLOTS; i < total / slot_bytes; i++) {
-    unsigned s = (unsigned)(i % FERRY_STAGE_SLOTS);
-    CHECK_OK(ops->wait_slot(dev0, s));
-    memcpy(back + i * slot_bytes, slots[s], slot_bytes);
+  for (size_t i = total / block_bytes - BLOCKS; i < total / block_bytes; i++) {
+    unsigned s = (unsigned)(i % BLOCKS);
+    CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+    memcpy(back + i * block_bytes, blocks[s], block_bytes);
   }
   CHECK(memcmp(model, back, total) == 0);
-  CHECK_STATUS(ops->wait_slot(dev0, FERRY_STAGE_SLOTS), FERRY_ERROR_INVALID_ARGUMENT);
+  /* Failures name the call, the bytes and the memory; a failed wait still ends the ticket. */
+  ferry_ticket t = 0;
   CHECK(inject("cuMemcpyHtoDAsync_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
-  CHECK_STATUS(ops->write_async(dev0, &mem, 0, slots[2], 100, 2), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("cuMemcpyHtoDAsync_v2 of 100 bytes from staging slot 2");
+  CHECK_STATUS(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, 0, &pins[2], 100, &t), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuMemcpyHtoDAsync_v2 of 100 bytes from pinned host memory");
+  CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_HOST, &mem, 0, &pins[1], 100, &t));
   CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
-  CHECK_STATUS(ops->wait_slot(dev0, 1), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("cuEventSynchronize (staging slot 1)");
+  CHECK_STATUS(ops->dma_wait(dev0, t), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuEventSynchronize (waiting for a copy to or from pinned memory)");
 
   /* Pinned or not. */
-  CHECK(!ops->host_is_pinned(dev0, model, total));
-  CHECK(ops->host_is_pinned(dev0, slots[0], slot_bytes));
-  CHECK(ops->host_is_pinned(dev0, slots[0] + 10, slot_bytes - 10));
-  CHECK(!ops->host_is_pinned(dev0, slots[0] + 10, slot_bytes));
-  CHECK(!ops->host_is_pinned(dev0, slots[0], 0));
+  CHECK(!ops->host_pinned(dev0, model, total));
+  CHECK(ops->host_pinned(dev0, blocks[0], block_bytes));
+  CHECK(ops->host_pinned(dev0, blocks[0] + 10, block_bytes - 10));
+  CHECK(!ops->host_pinned(dev0, blocks[0] + 10, block_bytes));
+  CHECK(!ops->host_pinned(dev0, blocks[0], 0));
   cu_context ctx = ctx_of(dev0), popped;
   void *raw = NULL;
   CHECK(api->cuCtxPushCurrent(ctx) == FCU_SUCCESS);
   CHECK(api->cuMemAllocHost(&raw, 10000) == FCU_SUCCESS);
-  CHECK(ops->host_is_pinned(dev0, raw, 10000));
+  CHECK(ops->host_pinned(dev0, raw, 10000));
   CHECK(api->cuMemFreeHost(raw) == FCU_SUCCESS);
   CHECK(api->cuCtxPopCurrent(&popped) == FCU_SUCCESS);
-  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
-    CHECK_OK(ferry_host_free(slots[s]));
+  /* pin_register pins page-aligned memory of another allocator until pin_release; a
+   * block the driver pinned already needs nothing. */
+  unsigned char *plain = harness_aligned(4096, block_bytes);
+  uintptr_t token = 0;
+  CHECK_OK(ops->pin_register(dev0, plain, block_bytes, &token));
+  CHECK(ops->host_pinned(dev0, plain, block_bytes));
+  memcpy(plain, model, block_bytes);
+  ferry_pinned pin = {.host = plain, .token = token, .offset = 0};
+  CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, 0, &pin, block_bytes, &t));
+  CHECK_OK(ops->dma_wait(dev0, t));
+  ops->pin_release(dev0, plain, block_bytes, token, false);
+  CHECK(!ops->host_pinned(dev0, plain, block_bytes));
+  CHECK(inject("cuMemHostRegister_v2", FCU_ERROR_OUT_OF_MEMORY, 0, 1) == 0);
+  CHECK_STATUS(ops->pin_register(dev0, plain, block_bytes, &token), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK_ERROR_HAS("cuMemHostRegister_v2");
+  CHECK_OK(ops->pin_register(dev0, blocks[0], block_bytes, &token));
+  ops->pin_release(dev0, blocks[0], block_bytes, token, false);
+  CHECK(ops->host_pinned(dev0, blocks[0], block_bytes));
+  free(plain);
+  for (unsigned s = 0; s < BLOCKS; s++)
+    CHECK_OK(ferry_host_free(blocks[s]));
   CHECK_OK(ops->free(dev0, &mem));
   free(model);
   free(back);
@@ -472,7 +500,7 @@ int main(void) {
   transfer_errors();
   context_errors();
   host_ptr_refusals();
-  pipeline_ops();
+  dma_ops();
   peer_copies();
   misaligned_pinned();
   harness_context = "";

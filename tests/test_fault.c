@@ -95,15 +95,15 @@ static void each_operation_fails_cleanly(void) {
   arm(OP_COPY_PEER, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_device_to_device(buf, far), FERRY_ERROR_BACKEND);
   expect_injected("copy_peer");
-  /* ... and a backend without a peer path is staged through the host. */
+  /* ... and a backend without a peer path is staged through the host (by DMA, both ways). */
   fault.peer_unsupported = true;
-  int reads = fault.calls[OP_READ], writes = fault.calls[OP_WRITE];
+  int reads = fault.calls[OP_DMA_READ], writes = fault.calls[OP_DMA_WRITE];
   CHECK_OK(ferry_device_to_device(buf, far));
-  CHECK(fault.calls[OP_READ] > reads && fault.calls[OP_WRITE] > writes);
+  CHECK(fault.calls[OP_DMA_READ] > reads && fault.calls[OP_DMA_WRITE] > writes);
   memset(back, 0, sizeof back);
   CHECK_OK(ferry_device_to_host(far, ferry_array_of(back, 1000, FERRY_FLOAT32)));
   CHECK(memcmp(back, data, sizeof back) == 0);
-  arm(OP_WRITE, FERRY_ERROR_BACKEND);
+  arm(OP_DMA_WRITE, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_device_to_device(buf, far), FERRY_ERROR_BACKEND);
   fault.peer_unsupported = false;
 
@@ -137,14 +137,15 @@ static void each_operation_fails_cleanly(void) {
 
   /* Pinned host memory, synchronize, native handles. */
   void *p = (void *)0x1;
-  arm(OP_HOST_ALLOC, FERRY_ERROR_OUT_OF_MEMORY);
+  long blocks = fault.live_host_blocks; /* the staging rings of the copies above */
+  arm(OP_PIN_ALLOC, FERRY_ERROR_OUT_OF_MEMORY);
   CHECK_STATUS(ferry_host_alloc(a, 1 << 20, &p), FERRY_ERROR_OUT_OF_MEMORY);
-  expect_injected("host_alloc");
-  CHECK(p == (void *)0x1 && fault.live_host_blocks == 0);
+  expect_injected("pin_alloc");
+  CHECK(p == (void *)0x1 && fault.live_host_blocks == blocks);
   CHECK_OK(ferry_host_alloc(a, 1 << 20, &p));
-  CHECK(fault.live_host_blocks == 1);
+  CHECK(fault.live_host_blocks == blocks + 1);
   CHECK_OK(ferry_host_free(p));
-  CHECK(fault.live_host_blocks == 0);
+  CHECK(fault.live_host_blocks == blocks);
   arm(OP_SYNCHRONIZE, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_device_synchronize(a), FERRY_ERROR_BACKEND);
   expect_injected("synchronize");
@@ -228,9 +229,9 @@ static void broken_backend_is_absent(void) {
   }
 }
 
-/* Large transfers from ordinary memory go through the core's staging pipeline;
- * the fault backend defers each async transfer to its wait, so a slot reused
- * too early would show up as wrong bytes. */
+/* Large transfers from ordinary memory go through the core's staging ring; the
+ * fault backend defers each DMA to its wait, so a piece of the ring reused too
+ * early would show up as wrong bytes (or be refused). */
 static void pipelined_transfers(void) {
   harness_context = "pipeline";
   ferry_device *a = fault_device(0), *b = fault_device(1);
@@ -240,12 +241,12 @@ static void pipelined_transfers(void) {
   ferry_buffer x = {0}, y = {0};
   CHECK_OK(ferry_alloc(a, n, FERRY_UINT8, &x));
   CHECK_OK(ferry_alloc(b, n, FERRY_UINT8, &y));
-  int writes = fault.calls[OP_WRITE_ASYNC], reads = fault.calls[OP_READ_ASYNC];
+  int writes = fault.calls[OP_DMA_WRITE], reads = fault.calls[OP_DMA_READ];
   CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
-  CHECK(fault.calls[OP_WRITE_ASYNC] - writes == 6); /* 1 MiB slots */
+  CHECK(fault.calls[OP_DMA_WRITE] - writes == 6); /* 1 MiB pieces */
   memset(back, 0, n);
   CHECK_OK(ferry_device_to_host(x, ferry_array_of(back, n, FERRY_UINT8)));
-  CHECK(fault.calls[OP_READ_ASYNC] - reads == 6);
+  CHECK(fault.calls[OP_DMA_READ] - reads == 6);
   CHECK(find_pattern_mismatch(back, n, 7) == SIZE_MAX);
   /* Unaligned ranges. */
   CHECK_OK(ferry_write(x, 12345, src + 99, (3u << 20) + 1));
@@ -253,27 +254,51 @@ static void pipelined_transfers(void) {
   CHECK_OK(ferry_read(x, 12345, back, (3u << 20) + 1));
   CHECK(memcmp(back, src + 99, (3u << 20) + 1) == 0);
   CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
-  /* Between the two devices without a peer path: through A's slots. */
+  /* Between the two devices without a peer path: A's DMA into its ring, B's
+   * DMA out of it, no host copy. */
   fault.peer_unsupported = true;
-  reads = fault.calls[OP_READ_ASYNC];
+  reads = fault.calls[OP_DMA_READ];
+  writes = fault.calls[OP_DMA_WRITE];
+  uint64_t copied = ferry__engine_host_copied();
   CHECK_OK(ferry_device_to_device(x, y));
-  CHECK(fault.calls[OP_READ_ASYNC] - reads == 6);
+  CHECK(fault.calls[OP_DMA_READ] - reads == 6 && fault.calls[OP_DMA_WRITE] - writes == 6);
+  CHECK(ferry__engine_host_copied() == copied);
   memset(back, 0, n);
   CHECK_OK(ferry_device_to_host(y, ferry_array_of(back, n, FERRY_UINT8)));
   CHECK(find_pattern_mismatch(back, n, 7) == SIZE_MAX);
   /* Failures part way: an error, no hang, and the next transfer works. */
-  fault_arm(OP_WRITE_ASYNC, FERRY_ERROR_BACKEND, 2);
+  fault_arm(OP_DMA_WRITE, FERRY_ERROR_BACKEND, 2);
   CHECK_STATUS(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x), FERRY_ERROR_BACKEND);
-  expect_injected("write_async");
-  fault_arm(OP_WAIT, FERRY_ERROR_BACKEND, 5);
+  expect_injected("dma_start (to the device)");
+  fault_arm(OP_DMA_WAIT, FERRY_ERROR_BACKEND, 5);
   CHECK_STATUS(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x), FERRY_ERROR_BACKEND);
-  expect_injected("wait_slot");
-  fault_arm(OP_READ_ASYNC, FERRY_ERROR_BACKEND, 4);
+  expect_injected("dma_wait");
+  fault_arm(OP_DMA_READ, FERRY_ERROR_BACKEND, 4);
   CHECK_STATUS(ferry_device_to_host(x, ferry_array_of(back, n, FERRY_UINT8)), FERRY_ERROR_BACKEND);
-  fault_arm(OP_READ_ASYNC, FERRY_ERROR_BACKEND, 1);
+  fault_arm(OP_DMA_READ, FERRY_ERROR_BACKEND, 1);
   CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
-  fault_arm(OP_WRITE, FERRY_ERROR_BACKEND, 2);
+  fault_arm(OP_DMA_WRITE, FERRY_ERROR_BACKEND, 2);
   CHECK_STATUS(ferry_device_to_device(x, y), FERRY_ERROR_BACKEND);
+  /* A copy into the middle of a buffer that fails part way (the source's DMA or
+   * the destination's) writes nothing outside its range. */
+  size_t wide = n + 9000;
+  unsigned char *model = malloc(wide), *seen = malloc(wide);
+  fill_pattern(model, wide, 9);
+  ferry_buffer z = {0};
+  CHECK_OK(ferry_alloc(b, wide, FERRY_UINT8, &z));
+  for (int way = 0; way < 2; way++) {
+    CHECK_OK(ferry_write(z, 0, model, wide));
+    fault_arm(way ? OP_DMA_READ : OP_DMA_WRITE, FERRY_ERROR_BACKEND, 3);
+    CHECK_STATUS(ferry_copy(x, 0, z, 4000, n), FERRY_ERROR_BACKEND);
+    memset(seen, 0, wide);
+    CHECK_OK(ferry_read(z, 0, seen, wide));
+    CHECK_MSG(memcmp(seen, model, 4000) == 0, "bytes before the failed copy's range changed");
+    CHECK_MSG(memcmp(seen + 4000 + n, model + 4000 + n, wide - 4000 - n) == 0,
+              "bytes after the failed copy's range changed");
+  }
+  CHECK_OK(ferry_free(z));
+  free(model);
+  free(seen);
   fault.peer_unsupported = false;
   CHECK_OK(ferry_host_to_device(ferry_array_of(src, n, FERRY_UINT8), x));
   memset(back, 0, n);
@@ -283,13 +308,16 @@ static void pipelined_transfers(void) {
   void *pinned = NULL;
   CHECK_OK(ferry_host_alloc(a, n, &pinned));
   memcpy(pinned, src, n);
-  writes = fault.calls[OP_WRITE_ASYNC];
+  writes = fault.calls[OP_DMA_WRITE];
+  copied = ferry__engine_host_copied();
   CHECK_OK(ferry_host_to_device(ferry_array_of(pinned, n, FERRY_UINT8), x));
-  CHECK(fault.calls[OP_WRITE_ASYNC] == writes);
+  CHECK(fault.calls[OP_DMA_WRITE] == writes + 1); /* one DMA from the block itself */
+  CHECK(ferry__engine_host_copied() == copied);
   CHECK_OK(ferry_host_free(pinned));
   /* Small transfers skip it too. */
+  writes = fault.calls[OP_DMA_WRITE];
   CHECK_OK(ferry_write(x, 0, src, 1000));
-  CHECK(fault.calls[OP_WRITE_ASYNC] == writes);
+  CHECK(fault.calls[OP_DMA_WRITE] == writes);
   CHECK_OK(ferry_free(x));
   CHECK_OK(ferry_free(y));
   free(src);
@@ -299,6 +327,9 @@ static void pipelined_transfers(void) {
 int main(void) {
   setenv("FERRY_STAGE_BYTES", "1M", 1);
   setenv("FERRY_STAGE_MIN", "64K", 1);
+  /* Copy threads whatever the machine: staged transfers stream over them
+   * (conformance.pipeline runs the engine's one-thread loop). */
+  setenv("FERRY_COPY_THREADS", "3", 1);
   CHECK_OK(ferry__register_backend(&fault_backend));
   CHECK_OK(ferry__register_backend(&broken_backend));
   CHECK_OK(ferry_init());
@@ -317,6 +348,7 @@ int main(void) {
   free_without_cache();
   ferry_shutdown();
   CHECK(fault.live_allocs == 0 && fault.live_imports == 0 && fault.live_host_blocks == 0);
+  CHECK(fault.live_registrations == 0 && fault.pending_at_destroy == 0);
   harness_context = "";
   return harness_finish("fault");
 }

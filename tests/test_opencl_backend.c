@@ -32,17 +32,6 @@ static ferry_device *find_opencl(size_t which, ferry_device_info *info) {
   return NULL;
 }
 
-static ferry_device *find_backend_device(const char *backend) {
-  for (size_t i = 0; i < ferry_device_count(); i++) {
-    ferry_device *d;
-    ferry_device_info info;
-    if (ferry_device_get(i, &d) == FERRY_OK && ferry_device_info_get(d, &info) == FERRY_OK &&
-        strcmp(info.backend, backend) == 0)
-      return d;
-  }
-  return NULL;
-}
-
 static bool opencl_status(ferry_backend_info *out) {
   for (size_t i = 0; i < ferry_backend_count(); i++)
     if (ferry_backend_get(i, out) == FERRY_OK && strcmp(out->name, "opencl") == 0) return true;
@@ -158,7 +147,7 @@ static void host_ptr_states(ferry_device *dev, const ferry_device_info *info) {
   CHECK_OK(ferry_alloc_host_ptr(dev, ferry_array_of(h2.array, bytes, FERRY_UINT8), &h2.b, NULL));
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &p.b));
   CHECK_OK(ferry_write(p.b, 0, p.model, bytes));
-  ferry_device *native = find_backend_device("native");
+  ferry_device *native = harness_device_of("native");
   tracked nb = {.bytes = bytes, .model = malloc(bytes)};
   fill_pattern(nb.model, bytes, 4);
   if (native) {
@@ -363,11 +352,18 @@ static void failures(const ferry_cl_api *api, ferry_device *dev, const ferry_dev
   CHECK_ERROR_HAS("CL_INVALID_HOST_PTR (-37) from clCreateBuffer(CL_MEM_USE_HOST_PTR)");
   table->clCreateBuffer = saved.clCreateBuffer;
 
-  /* The first write that makes the driver back a new buffer. */
+  /* The first write that makes the driver back a new buffer. On CPU devices
+   * ferry allocates a buffer's memory itself and makes no such write. */
   table->clEnqueueWriteBuffer = failing_write;
   fail_with = CL_MEM_OBJECT_ALLOCATION_FAILURE;
-  CHECK_STATUS(ferry_alloc(dev, n, FERRY_UINT8, &b), FERRY_ERROR_OUT_OF_MEMORY);
-  CHECK_ERROR_HAS("from clEnqueueWriteBuffer, the first write to a new buffer");
+  if (!info->is_cpu) {
+    CHECK_STATUS(ferry_alloc(dev, n, FERRY_UINT8, &b), FERRY_ERROR_OUT_OF_MEMORY);
+    CHECK_ERROR_HAS("from clEnqueueWriteBuffer, the first write to a new buffer");
+  } else {
+    CHECK_OK(ferry_alloc(dev, n, FERRY_UINT8, &b));
+    CHECK_OK(ferry_free(b));
+    CHECK_OK(ferry_device_trim(dev));
+  }
   table->clEnqueueWriteBuffer = saved.clEnqueueWriteBuffer;
   ferry_stats stats;
   CHECK_OK(ferry_device_stats(dev, &stats));
@@ -523,22 +519,25 @@ static void threads(ferry_device *dev, const ferry_device_info *info) {
   free(back);
 }
 
-/* ---- pipelined transfers through pinned slots ---------------------------------- */
+/* ---- DMA through pinned memory ---------------------------------------------- */
 
-/* The operations the core's staging pipeline calls, driven as it drives them:
- * fill slot k while slot k-1 moves, wait for a slot before reusing it. */
+/* The operations the core's engine calls, driven as it drives them: fill block
+ * k while block k-1 moves, wait for a block's copy before reusing it. */
 static void pipeline(const ferry_cl_api *api, ferry_device *dev) {
   const ferry_device_ops *ops = dev->ops;
-  if (!ops->write_async || !ops->read_async || !ops->wait_slot) {
-    printf("  (no pipelined transfers on this device)\n");
+  if (!(dev->caps & FERRY_CAP_STAGE) || !ops->dma_start || !ops->dma_wait) {
+    printf("  (no staging on this device)\n");
     return;
   }
-  enum { SLOTS = FERRY_STAGE_SLOTS };
-  size_t slot_bytes = ((size_t)1 << 20) + 4099, total = 9 * slot_bytes + 777;
-  void *slot[SLOTS] = {NULL};
-  for (int k = 0; k < SLOTS; k++) {
-    CHECK_OK(ferry_host_alloc(dev, slot_bytes, &slot[k]));
-    if (!slot[k]) return;
+  enum { BLOCKS = 4 };
+  size_t block_bytes = ((size_t)1 << 20) + 4099, total = 9 * block_bytes + 777;
+  void *block[BLOCKS] = {NULL};
+  ferry_pinned pin[BLOCKS];
+  ferry_ticket ticket[BLOCKS];
+  for (int k = 0; k < BLOCKS; k++) {
+    CHECK_OK(ferry_host_alloc(dev, block_bytes, &block[k]));
+    if (!block[k]) return;
+    CHECK(ferry__pinned_find(dev, block[k], block_bytes, &pin[k]));
   }
   unsigned char *src = malloc(total), *back = malloc(total);
   fill_pattern(src, total, 61);
@@ -547,53 +546,64 @@ static void pipeline(const ferry_cl_api *api, ferry_device *dev) {
   ferry_slot *s = ferry__peek(b);
   CHECK(s != NULL);
   if (!s) return;
-  size_t chunks = (total + slot_bytes - 1) / slot_bytes;
+  size_t chunks = (total + block_bytes - 1) / block_bytes;
   for (size_t i = 0; i < chunks; i++) {
-    unsigned k = (unsigned)(i % SLOTS);
-    size_t done = i * slot_bytes, n = total - done < slot_bytes ? total - done : slot_bytes;
-    if (i >= SLOTS) CHECK_OK(ops->wait_slot(dev, k));
-    memcpy(slot[k], src + done, n);
-    CHECK_OK(ops->write_async(dev, &s->mem, 100 + done, slot[k], n, k));
+    unsigned k = (unsigned)(i % BLOCKS);
+    size_t done = i * block_bytes, n = total - done < block_bytes ? total - done : block_bytes;
+    if (i >= BLOCKS) CHECK_OK(ops->dma_wait(dev, ticket[k]));
+    memcpy(block[k], src + done, n);
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &s->mem, 100 + done, &pin[k], n, &ticket[k]));
   }
-  for (unsigned k = 0; k < SLOTS; k++)
-    CHECK_OK(ops->wait_slot(dev, k));
-  CHECK_OK(ops->wait_slot(dev, 0)); /* nothing in flight: at once */
+  for (unsigned k = 0; k < BLOCKS; k++)
+    CHECK_OK(ops->dma_wait(dev, ticket[k]));
   memset(back, 0, total);
   CHECK_OK(ferry_read(b, 100, back, total));
-  CHECK_MSG(memcmp(back, src, total) == 0, "pipelined write: bytes differ");
+  CHECK_MSG(memcmp(back, src, total) == 0, "DMA writes: bytes differ");
   /* Reads: start all, then wait, drain and refill. */
   memset(back, 0, total);
   for (size_t i = 0; i < chunks; i++) {
-    unsigned k = (unsigned)(i % SLOTS);
-    size_t done = i * slot_bytes, n = total - done < slot_bytes ? total - done : slot_bytes;
-    if (i >= SLOTS) {
-      size_t pdone = (i - SLOTS) * slot_bytes;
-      CHECK_OK(ops->wait_slot(dev, k));
-      memcpy(back + pdone, slot[k], slot_bytes);
+    unsigned k = (unsigned)(i % BLOCKS);
+    size_t done = i * block_bytes, n = total - done < block_bytes ? total - done : block_bytes;
+    if (i >= BLOCKS) {
+      size_t pdone = (i - BLOCKS) * block_bytes;
+      CHECK_OK(ops->dma_wait(dev, ticket[k]));
+      memcpy(back + pdone, block[k], block_bytes);
     }
-    CHECK_OK(ops->read_async(dev, &s->mem, 100 + done, slot[k], n, k));
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &s->mem, 100 + done, &pin[k], n, &ticket[k]));
   }
-  for (size_t i = chunks > SLOTS ? chunks - SLOTS : 0; i < chunks; i++) {
-    unsigned k = (unsigned)(i % SLOTS);
-    size_t done = i * slot_bytes, n = total - done < slot_bytes ? total - done : slot_bytes;
-    CHECK_OK(ops->wait_slot(dev, k));
-    memcpy(back + done, slot[k], n);
+  for (size_t i = chunks > BLOCKS ? chunks - BLOCKS : 0; i < chunks; i++) {
+    unsigned k = (unsigned)(i % BLOCKS);
+    size_t done = i * block_bytes, n = total - done < block_bytes ? total - done : block_bytes;
+    CHECK_OK(ops->dma_wait(dev, ticket[k]));
+    memcpy(back + done, block[k], n);
   }
-  CHECK_MSG(memcmp(back, src, total) == 0, "pipelined read: bytes differ");
-  /* A slot out of range, and a driver failure naming the slot. */
-  CHECK_STATUS(ops->write_async(dev, &s->mem, 0, slot[0], 16, SLOTS), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_MSG(memcmp(back, src, total) == 0, "DMA reads: bytes differ");
+  /* A block made by another allocator, registered (CL_MEM_USE_HOST_PTR). */
+  unsigned char *plain = harness_aligned(4096, 65536);
+  uintptr_t token = 0;
+  CHECK_OK(ops->pin_register(dev, plain, 65536, &token));
+  memcpy(plain, src, 65536);
+  ferry_pinned other = {.host = plain, .token = token, .offset = 0};
+  ferry_ticket t = 0;
+  CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &s->mem, 0, &other, 65536, &t));
+  CHECK_OK(ops->dma_wait(dev, t));
+  memset(back, 0, 65536);
+  CHECK_OK(ferry_read(b, 0, back, 65536));
+  CHECK_MSG(memcmp(back, src, 65536) == 0, "DMA from a registered block: bytes differ");
+  ops->pin_release(dev, plain, 65536, token, false);
+  free(plain);
+  /* A driver failure names the call, the bytes and the memory. */
   ferry_cl_api *table = (ferry_cl_api *)api;
   saved = *table;
   table->clEnqueueWriteBuffer = failing_write;
   fail_with = CL_INVALID_VALUE;
-  CHECK_STATUS(ops->write_async(dev, &s->mem, 8, slot[1], 16, 1), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("CL_INVALID_VALUE (-30) from clEnqueueWriteBuffer, 16 bytes at offset 8 through staging slot 1");
+  CHECK_STATUS(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &s->mem, 8, &pin[1], 16, &t), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("CL_INVALID_VALUE (-30) from clEnqueueWriteBuffer, 16 bytes at offset 8 from pinned host memory");
   *table = saved;
-  CHECK_OK(ops->wait_slot(dev, 1));
   ferry__release(s);
   CHECK_OK(ferry_free(b));
-  for (int k = 0; k < SLOTS; k++)
-    CHECK_OK(ferry_host_free(slot[k]));
+  for (int k = 0; k < BLOCKS; k++)
+    CHECK_OK(ferry_host_free(block[k]));
   free(src);
   free(back);
 }
@@ -610,7 +620,7 @@ static void loading(void) {
             "status without the library's path and dlerror: %s", b.status);
   printf("  missing library: opencl skipped: %s\n", b.status);
   CHECK(ferry__opencl_api() == NULL);
-  CHECK(find_backend_device("native") != NULL);
+  CHECK(harness_device_of("native") != NULL);
   ferry_shutdown();
 
   setenv("FERRY_OPENCL_LIBRARY", "libm.so.6", 1);
@@ -707,7 +717,7 @@ int main(void) {
     snprintf(context, sizeof context, "opencl[%zu] FERRY_OPENCL_PIPELINE=1", info.index);
     harness_context = context;
     int before = harness_failures;
-    CHECK(dev && dev->ops->write_async != NULL);
+    CHECK(dev && (dev->caps & FERRY_CAP_STAGE));
     if (dev) {
       pipeline(api, dev);
       host_ptr_states(dev, &info);

@@ -3,8 +3,8 @@
  *  - device info comes from the driver (name, heaps, limits, host-pointer alignment,
  *    the queue and its family);
  *  - driver failures name the call and the VkResult, out-of-memory the bytes and the heap;
- *  - the core's pipelined-transfer ops (write_async / read_async / wait_slot) on
- *    pinned memory from ferry_host_alloc;
+ *  - the engine's ops (pin_alloc, pin_register, dma_start, dma_wait): DMA between
+ *    pinned memory, the device's own or imported, and buffers;
  *  - thousands of small buffers share a few blocks of device memory where ferry
  *    sub-allocates (NVIDIA allows 4096 live allocations);
  *  - threads transferring and copying on one device at once;
@@ -119,19 +119,34 @@ static void failures(ferry_device *dev, const ferry_device_info *info) {
     CHECK_ERROR_HAS(info->name);
   }
   void *p = (void *)0x1;
+  /* More than the machine has: the core refuses before the driver sees it. */
   CHECK_STATUS(ferry_host_alloc(dev, SIZE_MAX - 100, &p), FERRY_ERROR_OUT_OF_MEMORY);
-  CHECK_ERROR_HAS("heap");
+  CHECK_ERROR_HAS("this machine has"); /* the core refuses more than the host has, for every backend */
   CHECK(p == (void *)0x1);
+  if (dev->caps & FERRY_CAP_STAGE) { /* pinned memory of the device's own: its heap bounds it */
+    uint64_t heap = 0;
+    for (uint32_t h = 0; h < VK_MAX_MEMORY_HEAPS; h++)
+      if (((vkb_device *)dev->impl)->memory.memoryHeaps[h].size > heap)
+        heap = ((vkb_device *)dev->impl)->memory.memoryHeaps[h].size;
+    if (heap + 4096 < ferry__host_ram()) {
+      CHECK_STATUS(ferry_host_alloc(dev, (size_t)heap + 4096, &p), FERRY_ERROR_OUT_OF_MEMORY);
+      CHECK_ERROR_HAS("heap");
+    }
+  }
 }
 
-/* ---- pipelined transfers ------------------------------------------------------------- */
+/* ---- DMA through pinned memory ------------------------------------------------------- */
 
-static void pipelined(ferry_device *dev, const ferry_device_info *info) {
-  (void)info;
-  const size_t piece = (size_t)1 << 20, pieces = 6, bytes = piece * pieces;
-  unsigned char *pin = NULL, *pin2 = NULL, *plain = malloc(bytes);
-  CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&pin));
-  CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&pin2));
+static void dma(ferry_device *dev, const ferry_device_info *info) {
+  const ferry_device_ops *ops = dev->ops;
+  enum { PIECES = 6 };
+  const size_t piece = (size_t)1 << 20, bytes = piece * PIECES;
+  void *base = NULL, *base2 = NULL;
+  uintptr_t token = 0, token2 = 0;
+  unsigned char *plain = malloc(bytes);
+  CHECK_OK(ops->pin_alloc(dev, bytes, &base, &token));
+  CHECK_OK(ops->pin_alloc(dev, bytes, &base2, &token2));
+  unsigned char *pin = base, *pin2 = base2;
   ferry_buffer b = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
   ferry_slot *slot = NULL;
@@ -139,47 +154,58 @@ static void pipelined(ferry_device *dev, const ferry_device_info *info) {
     CHECK(false);
     goto done;
   }
+  ferry_ticket tickets[PIECES];
   fill_pattern(pin, bytes, 501);
-  for (size_t i = 0; i < pieces; i++)
-    CHECK_OK(
-        dev->ops->write_async(dev, &slot->mem, i * piece, pin + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
-  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
-    CHECK_OK(dev->ops->wait_slot(dev, s));
+  for (size_t i = 0; i < PIECES; i++) {
+    ferry_pinned p = {.host = pin + i * piece, .token = token, .offset = i * piece};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, i * piece, &p, piece, &tickets[i]));
+  }
+  for (size_t i = 0; i < PIECES; i++)
+    CHECK_OK(ops->dma_wait(dev, tickets[i]));
   CHECK_OK(ferry_read(b, 0, plain, bytes));
-  CHECK_MSG(find_pattern_mismatch(plain, bytes, 501) == SIZE_MAX, "after write_async");
+  CHECK_MSG(find_pattern_mismatch(plain, bytes, 501) == SIZE_MAX, "after DMA to the device");
 
   memset(pin2, 0, bytes);
-  for (size_t i = 0; i < pieces; i++)
-    CHECK_OK(
-        dev->ops->read_async(dev, &slot->mem, i * piece, pin2 + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
-  for (unsigned s = 0; s < FERRY_STAGE_SLOTS; s++)
-    CHECK_OK(dev->ops->wait_slot(dev, s));
-  CHECK_MSG(find_pattern_mismatch(pin2, bytes, 501) == SIZE_MAX, "after read_async");
+  for (size_t i = 0; i < PIECES; i++) {
+    ferry_pinned p = {.host = pin2 + i * piece, .token = token2, .offset = i * piece};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &slot->mem, i * piece, &p, piece, &tickets[i]));
+  }
+  for (size_t i = 0; i < PIECES; i++)
+    CHECK_OK(ops->dma_wait(dev, tickets[i]));
+  CHECK_MSG(find_pattern_mismatch(pin2, bytes, 501) == SIZE_MAX, "after DMA to the host");
 
-  /* From memory that is not pinned: done at once, correctly. */
-  fill_pattern(plain, bytes, 502);
-  CHECK_OK(dev->ops->write_async(dev, &slot->mem, 0, plain, bytes, 0));
-  CHECK_OK(dev->ops->wait_slot(dev, 0));
-  memset(plain, 0, bytes);
-  CHECK_OK(dev->ops->read_async(dev, &slot->mem, 0, plain, bytes, 1));
-  CHECK_OK(dev->ops->wait_slot(dev, 1));
-  CHECK(find_pattern_mismatch(plain, bytes, 502) == SIZE_MAX);
-  /* Plain writes and reads through pinned memory take the direct path. */
-  fill_pattern(pin, bytes, 503);
-  CHECK_OK(ferry_write(b, 0, pin, bytes));
-  memset(pin2, 0, bytes);
-  CHECK_OK(ferry_read(b, 0, pin2, bytes));
-  CHECK(find_pattern_mismatch(pin2, bytes, 503) == SIZE_MAX);
-  CHECK_OK(ferry_read(b, 5, pin2 + 3, 1000));
-  CHECK(memcmp(pin2 + 3, pin + 5, 1000) == 0);
-
-  CHECK_STATUS(dev->ops->wait_slot(dev, FERRY_STAGE_SLOTS), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("slot");
+  /* A block of another allocator, imported (VK_EXT_external_memory_host). */
+  if (info->host_ptr) {
+    unsigned char *other = harness_aligned(4096, bytes);
+    uintptr_t t = 0;
+    CHECK_OK(ops->pin_register(dev, other, bytes, &t));
+    fill_pattern(other, bytes, 504);
+    ferry_pinned p = {.host = other + 4096, .token = t, .offset = 4096};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, 100, &p, 10000, &tickets[0]));
+    CHECK_OK(ops->dma_wait(dev, tickets[0]));
+    CHECK_OK(ferry_read(b, 100, plain, 10000));
+    CHECK(memcmp(plain, other + 4096, 10000) == 0);
+    ops->pin_release(dev, other, bytes, t, false);
+    free(other);
+  }
+  /* Plain writes and reads through ferry_host_alloc memory. */
+  unsigned char *host = NULL;
+  CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&host));
+  if (host) {
+    fill_pattern(host, bytes, 503);
+    CHECK_OK(ferry_write(b, 0, host, bytes));
+    memset(plain, 0, bytes);
+    CHECK_OK(ferry_read(b, 0, plain, bytes));
+    CHECK(find_pattern_mismatch(plain, bytes, 503) == SIZE_MAX);
+    CHECK_OK(ferry_read(b, 5, host + 3, 1000));
+    CHECK(memcmp(host + 3, plain + 5, 1000) == 0);
+    CHECK_OK(ferry_host_free(host));
+  }
   ferry__release(slot);
 done:
   CHECK_OK(ferry_free(b));
-  if (pin) CHECK_OK(ferry_host_free(pin));
-  if (pin2) CHECK_OK(ferry_host_free(pin2));
+  if (pin) ops->pin_release(dev, base, bytes, token, true);
+  if (pin2) ops->pin_release(dev, base2, bytes, token2, true);
   free(plain);
 }
 
@@ -378,7 +404,7 @@ static void run_mode(const char *mode) {
     paths_taken(dev, &info, mode);
     info_from_driver(dev, &info);
     failures(dev, &info);
-    pipelined(dev, &info);
+    dma(dev, &info);
     device_copies(dev, &info, mode);
     many_small_buffers(dev, &info);
     threads(dev, &info);

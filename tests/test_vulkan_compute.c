@@ -295,7 +295,7 @@ static void host_pointer_buffer(kernel *k, ferry_device *dev, const ferry_device
   ferry_buffer h = FERRY_NULL_BUFFER, plain = FERRY_NULL_BUFFER;
   ferry_refusal why = FERRY_REFUSAL_NONE;
   CHECK_OK(ferry_alloc_host_ptr(dev, ferry_array_of(array, n, FERRY_UINT32), &h, &why));
-  CHECK(ferry_is_zero_copy(h));
+  CHECK(!ferry_is_zero_copy(h)); /* host access needs the synchronising transfers */
   CHECK_OK(ferry_host_to_device(ferry_array_of(array, n, FERRY_UINT32), h)); /* hand the array to the device */
   if (kernel_run(k, h, (uint32_t)n)) {
     CHECK_OK(ferry_device_to_host(h, ferry_array_of(array, n, FERRY_UINT32))); /* and take it back */

@@ -34,19 +34,20 @@ static void run_mode(const char *mode) {
     printf("device %zu (%s), FERRY_VULKAN_DEBUG=%s\n", info.index, info.name, mode);
     for (const conformance_case *c = conformance_device_cases; c->name; c++) {
       snprintf(context, sizeof context, "vulkan[%zu] (%s) %s", info.index, mode, c->name);
-      harness_context = context;
-      int before = harness_failures;
+      harness_case_begin(context);
       c->run(dev, &info);
-      printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
+      harness_case_end(c->name);
     }
     if (!native) continue;
     for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++) {
-      snprintf(context, sizeof context, "vulkan[%zu] <-> native (%s) %s", info.index, mode, c->name);
-      harness_context = context;
-      int before = harness_failures;
+      snprintf(context, sizeof context, "vulkan[%zu] -> native (%s) %s", info.index, mode, c->name);
+      harness_case_begin(context);
       c->run(dev, &info, native, &native_info);
+      harness_case_end(c->name);
+      snprintf(context, sizeof context, "native -> vulkan[%zu] (%s) %s", info.index, mode, c->name);
+      harness_case_begin(context);
       c->run(native, &native_info, dev, &info);
-      printf("  %-32s %s\n", c->name, harness_failures == before ? "ok" : "FAILED");
+      harness_case_end(c->name);
     }
   }
   harness_context = "";

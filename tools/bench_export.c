@@ -1,4 +1,5 @@
-/* `ferry bench`: --json and --csv. Both hold every row, skipped ones included (with the reason). */
+/* `ferry bench`: --json and --csv. Both hold every row of the paths asked for,
+ * skipped ones included (with the reason). docs/JSON.md describes every field. */
 #include "bench.h"
 #include "tool.h"
 
@@ -23,12 +24,15 @@ static const char *status_name(bench_row_status s) {
   return s == ROW_OK ? "ok" : s == ROW_FAILED ? "failed" : "skipped";
 }
 
+static const char *unit_of(bench_path p) { return bench_paths[p].latency ? "us" : "GB/s"; }
+
 /* Why a row was skipped, in words (a size over the cap has no sentence of its own). */
-static void skip_reason(const bench_device *d, const bench_row *row, char *buf, size_t size) {
+static void skip_reason(const bench_row *row, size_t cap, const char *cap_reason, char *buf, size_t size) {
+  char text[32];
   if (row->error)
     snprintf(buf, size, "%s", row->error);
-  else if (row->bytes > d->size_cap)
-    snprintf(buf, size, "over the device's size cap: %s", d->cap_reason);
+  else if (row->bytes > cap)
+    snprintf(buf, size, "over the size cap of %s: %s", bench_size_approx(cap, text), cap_reason);
   else
     snprintf(buf, size, "not measured");
 }
@@ -88,17 +92,90 @@ static void jfigure(FILE *f, const bench_row *row, const bench_stats *t, long op
   fprintf(f, "}, \"ops_per_sample\": %ld}", ops);
 }
 
+/* One result; `raw_tag` and the calls come from the device (d) or the pair (p). */
+static void jresult(FILE *f, const bench_run *run, const bench_device *d, const bench_pair *p, const bench_row *row,
+                    size_t cap, const char *cap_reason) {
+  char call[512], reason[512];
+  fprintf(f, "{\"path\": \"%s\", \"size\": %zu, \"status\": \"%s\", \"unit\": \"%s\", \"samples\": ",
+          bench_paths[row->path].id, row->bytes, status_name(row->status), unit_of(row->path));
+  bool ok = row->status == ROW_OK;
+  if (row->status == ROW_SKIPPED)
+    fputs("null", f);
+  else
+    fprintf(f, "%d", row->samples);
+  fprintf(f, ", \"verified\": %s, \"ferry\": ", row->verified && ok ? "true" : "false");
+  if (ok)
+    jfigure(f, row, &row->ferry, row->ferry_ops);
+  else
+    fputs("null", f);
+  bool raw = ok && row->raw_count > 0;
+  fputs(", \"raw\": ", f);
+  if (raw)
+    jfigure(f, row, &row->raw[0].t, row->raw[0].ops);
+  else
+    fputs("null", f);
+  fputs(", \"raw_way\": ", f);
+  tool_json_string(f, raw ? bench_row_raw_tag(d, p, row, 0) : NULL);
+  fputs(", \"raw_call\": ", f);
+  tool_json_string(f, raw ? bench_row_raw_call(run, d, p, row, 0, call, sizeof call) : NULL);
+  fputs(", \"raw_other\": ", f);
+  if (raw && row->raw_count > 1) {
+    fputs("{\"way\": ", f);
+    tool_json_string(f, bench_row_raw_tag(d, p, row, 1));
+    fputs(", \"call\": ", f);
+    tool_json_string(f, bench_row_raw_call(run, d, p, row, 1, call, sizeof call));
+    fputs(", \"figure\": ", f);
+    jfigure(f, row, &row->raw[1].t, row->raw[1].ops);
+    fputc('}', f);
+  } else {
+    fputs("null", f);
+  }
+  fputs(", \"ratio\": ", f);
+  double r = bench_ratio(row);
+  if (r > 0)
+    jnum(f, r);
+  else
+    fputs("null", f);
+  fputs(", \"error\": ", f);
+  tool_json_string(f, row->status == ROW_FAILED ? row->error : NULL);
+  fputs(", \"raw_error\": ", f);
+  tool_json_string(f, row->raw_error);
+  fputs(", \"reason\": ", f);
+  if (row->status == ROW_SKIPPED) {
+    skip_reason(row, cap, cap_reason, reason, sizeof reason);
+    tool_json_string(f, reason);
+  } else {
+    fputs("null", f);
+  }
+  fputc('}', f);
+}
+
+static void jcalls(FILE *f, const bench_run *run, const bench_device *d) {
+  fputs("[", f);
+  for (int way = 0; d->raw && way < (d->alt ? 2 : 1); way++) {
+    fprintf(f, "%s{\"way\": ", way ? ", " : "");
+    tool_json_string(f, bench_raw_tag(d->raw, way));
+    fputs(", \"calls\": {", f);
+    bool first = true;
+    for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
+      char call[512];
+      if (!run->opt.paths[p] || !bench_raw_call(d, (bench_path)p, way, call, sizeof call)) continue;
+      fprintf(f, "%s\"%s\": ", first ? "" : ", ", bench_paths[p].id);
+      tool_json_string(f, call);
+      first = false;
+    }
+    fputs("}}", f);
+  }
+  fputs("]", f);
+}
+
 int bench_write_json(const char *path, const bench_run *run) {
   FILE *f = open_out(path, "--json");
   if (!f) return 1;
   const bench_options *o = &run->opt;
-  fprintf(f, "{\n  \"tool\": \"ferry bench\",\n  \"version\": ");
-  tool_json_string(f, ferry_version());
-  fprintf(f, ",\n  \"started\": ");
-  tool_json_string(f, run->started);
-  fprintf(f, ",\n  \"host\": ");
-  tool_json_string(f, run->host);
-  fprintf(f, ",\n  \"quick\": %s,\n  \"repeat\": ", o->quick ? "true" : "false");
+  fprintf(f, "{\n  \"schema_version\": %d,\n  \"tool\": \"ferry bench\",\n", TOOL_SCHEMA_VERSION);
+  tool_json_context(f, &run->sys, 2);
+  fprintf(f, "  \"quick\": %s,\n  \"repeat\": ", o->quick ? "true" : "false");
   if (o->repeat)
     fprintf(f, "%d", o->repeat);
   else
@@ -108,89 +185,74 @@ int bench_write_json(const char *path, const bench_run *run) {
     fprintf(f, "%s%zu", i ? ", " : "", o->sizes[i]);
   fprintf(f, "],\n  \"seconds\": ");
   jnum(f, run->seconds);
-  fprintf(f, ",\n  \"failures\": %d,\n", run->failures);
-  fprintf(f, "  \"units\": {\"GB/s\": \"10^9 bytes per second\", \"us\": \"microseconds per operation\"},\n"
-             "  \"statistics\": \"median of the samples; p25 and p75 bound the interquartile range; min and max; "
-             "time_us per operation\",\n"
-             "  \"ratio\": \"ferry / raw: ferry GB/s over raw GB/s, or raw time over ferry time for us; above 1 ferry "
-             "is faster\",\n");
-  fprintf(f, "  \"paths\": [");
+  fprintf(f,
+          ",\n  \"failures\": %d,\n  \"units\": {\"GB/s\": \"10^9 bytes per second\", \"us\": \"microseconds per "
+          "operation\"},\n  \"paths\": [",
+          run->failures);
+  bool first = true;
   for (int p = 0; p < PATH_COUNT; p++) {
-    fprintf(f, "%s\n    {\"id\": ", p ? "," : "");
+    if (!o->paths[p]) continue;
+    fprintf(f, "%s\n    {\"id\": ", first ? "" : ",");
+    first = false;
     tool_json_string(f, bench_paths[p].id);
     fprintf(f, ", \"label\": ");
     tool_json_string(f, bench_paths[p].label);
-    fprintf(f, ", \"unit\": \"%s\", \"bytes_factor\": %d, \"sync_only\": %s, \"meaning\": ",
-            bench_paths[p].latency ? "us" : "GB/s", bench_paths[p].bytes_factor,
-            bench_paths[p].sync_only ? "true" : "false");
+    fprintf(f, ", \"unit\": \"%s\", \"bytes_factor\": %d, \"sync_only\": %s, \"between_devices\": %s, \"meaning\": ",
+            unit_of((bench_path)p), bench_paths[p].bytes_factor, bench_paths[p].sync_only ? "true" : "false",
+            bench_paths[p].pair ? "true" : "false");
     tool_json_string(f, bench_paths[p].meaning);
     fputc('}', f);
   }
-  fprintf(f, "\n  ],\n  \"devices\": [");
+  fprintf(f, "\n  ],\n  \"left_out\": [");
+  for (size_t i = 0; i < run->left_out_count; i++)
+    fprintf(f, "%s%zu", i ? ", " : "", run->left_out[i]);
+  fprintf(f, "],\n  \"devices\": [");
   for (size_t di = 0; di < run->device_count; di++) {
     const bench_device *d = &run->devices[di];
-    const ferry_device_info *in = &d->info;
-    fprintf(f, "%s\n    {\n      \"index\": %zu,\n      \"backend\": ", di ? "," : "", in->index);
-    tool_json_string(f, in->backend);
-    fprintf(f, ",\n      \"name\": ");
-    tool_json_string(f, in->name);
-    fprintf(f,
-            ",\n      \"total_memory\": %llu,\n      \"max_allocation\": %llu,\n      \"is_cpu\": %s,\n"
-            "      \"zero_copy\": %s,\n      \"host_ptr\": %s,\n      \"host_ptr_alignment\": %zu,\n"
-            "      \"size_cap\": %zu,\n      \"raw_baseline\": %s,\n      \"raw_note\": ",
-            (unsigned long long)in->total_memory, (unsigned long long)in->max_allocation, in->is_cpu ? "true" : "false",
-            in->zero_copy ? "true" : "false", in->host_ptr ? "true" : "false", in->host_ptr_alignment, d->size_cap,
+    fprintf(f, "%s\n    {\n", di ? "," : "");
+    tool_json_device_fields(f, &d->info, &d->driver, d->has_driver, 6);
+    fprintf(f, ",\n      \"size_cap\": %zu,\n      \"raw_baseline\": %s,\n      \"raw_note\": ", d->size_cap,
             d->raw ? "true" : "false");
     tool_json_string(f, d->raw ? NULL : d->raw_note);
+    fprintf(f, ",\n      \"raw_ways\": ");
+    jcalls(f, run, d);
     fprintf(f, ",\n      \"seconds\": ");
     jnum(f, d->seconds);
     fprintf(f, ",\n      \"results\": [");
-    bool first = true;
-    for (int p = 0; p < PATH_COUNT; p++) {
+    first = true;
+    for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
+      if (!o->paths[p]) continue;
       for (size_t si = 0; si < o->size_count; si++) {
-        const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
-        char call[160], reason[400];
-        fprintf(f, "%s\n        {\"path\": ", first ? "" : ",");
+        fprintf(f, "%s\n        ", first ? "" : ",");
         first = false;
-        tool_json_string(f, bench_paths[p].id);
-        fprintf(f, ", \"size\": %zu, \"status\": \"%s\", \"unit\": \"%s\"", row->bytes, status_name(row->status),
-                bench_paths[p].latency ? "us" : "GB/s");
-        if (row->status == ROW_SKIPPED) {
-          skip_reason(d, row, reason, sizeof reason);
-          fprintf(f, ", \"reason\": ");
-          tool_json_string(f, reason);
-          fputc('}', f);
-          continue;
-        }
-        fprintf(f, ", \"samples\": %d, \"verified\": %s, \"ferry\": ", row->samples, row->verified ? "true" : "false");
-        if (row->status == ROW_OK)
-          jfigure(f, row, &row->ferry, row->ferry_ops);
-        else
-          fputs("null", f);
-        fprintf(f, ", \"raw\": ");
-        if (row->status == ROW_OK && row->has_raw)
-          jfigure(f, row, &row->raw, row->raw_ops);
-        else
-          fputs("null", f);
-        fprintf(f, ", \"raw_call\": ");
-        const char *rc = bench_raw_call(d, (bench_path)p, call, sizeof call);
-        tool_json_string(f, strcmp(rc, "-") == 0 ? NULL : rc);
-        fprintf(f, ", \"ratio\": ");
-        double r = bench_ratio(row);
-        if (r > 0)
-          jnum(f, r);
-        else
-          fputs("null", f);
-        fprintf(f, ", \"error\": ");
-        tool_json_string(f, row->status == ROW_FAILED ? row->error : NULL);
-        fprintf(f, ", \"raw_error\": ");
-        tool_json_string(f, row->raw_error);
-        fputc('}', f);
+        jresult(f, run, d, NULL, bench_device_row(run, d, (bench_path)p, si), d->size_cap, d->cap_reason);
       }
     }
-    fprintf(f, "\n      ]\n    }");
+    fprintf(f, "%s]\n    }", first ? "" : "\n      ");
   }
-  fprintf(f, "\n  ]\n}\n");
+  fprintf(f, "%s],\n  \"pairs\": [", run->device_count ? "\n  " : "");
+  for (size_t pi = 0; pi < run->pair_count; pi++) {
+    const bench_pair *p = &run->pairs[pi];
+    fprintf(f,
+            "%s\n    {\"path\": \"%s\", \"from\": %zu, \"to\": %zu, \"size_cap\": %zu, \"raw_baseline\": %s, "
+            "\"raw_call\": ",
+            pi ? "," : "", bench_paths[p->path].id, run->devices[p->from].info.index, run->devices[p->to].info.index,
+            p->size_cap, p->has_raw ? "true" : "false");
+    tool_json_string(f, p->has_raw ? p->raw_call : NULL);
+    fputs(", \"raw_call_second\": ", f);
+    tool_json_string(f, p->has_raw && p->has_alt ? p->raw_call_alt : NULL);
+    fputs(", \"raw_note\": ", f);
+    tool_json_string(f, p->has_raw ? NULL : p->raw_note);
+    fputs(", \"seconds\": ", f);
+    jnum(f, p->seconds);
+    fputs(",\n      \"results\": [", f);
+    for (size_t si = 0; si < o->size_count; si++) {
+      fprintf(f, "%s\n        ", si ? "," : "");
+      jresult(f, run, &run->devices[p->from], p, bench_pair_row(run, p, si), p->size_cap, p->cap_reason);
+    }
+    fprintf(f, "\n      ]}");
+  }
+  fprintf(f, "%s]\n}\n", run->pair_count ? "\n  " : "");
   return close_out(f, path, "--json");
 }
 
@@ -231,51 +293,83 @@ static void cfigure(FILE *f, const bench_row *row, const bench_stats *t, bool pr
   cnum(f, v.max);
 }
 
+static void crow(FILE *f, const bench_run *run, const bench_device *d, const bench_pair *p, const bench_row *row,
+                 size_t cap, const char *cap_reason) {
+  char call[512], reason[600];
+  if (p) {
+    const bench_device *a = &run->devices[p->from], *b = &run->devices[p->to];
+    char text[600];
+    fprintf(f, "%zu>%zu,", a->info.index, b->info.index);
+    snprintf(text, sizeof text, "%s>%s", a->info.backend, b->info.backend);
+    cstr(f, text);
+    fputc(',', f);
+    snprintf(text, sizeof text, "%.290s > %.290s", a->info.name, b->info.name);
+    cstr(f, text);
+  } else {
+    fprintf(f, "%zu,", d->info.index);
+    cstr(f, d->info.backend);
+    fputc(',', f);
+    cstr(f, d->info.name);
+  }
+  bool ok = row->status == ROW_OK, raw = ok && row->raw_count > 0;
+  fprintf(f, ",%s,%zu,%s,%s,", bench_paths[row->path].id, row->bytes, status_name(row->status), unit_of(row->path));
+  cfigure(f, row, &row->ferry, ok);
+  fputc(',', f);
+  cfigure(f, row, &row->raw[0].t, raw);
+  fputc(',', f);
+  double r = bench_ratio(row);
+  if (r > 0) cnum(f, r);
+  fputc(',', f);
+  if (raw) {
+    cstr(f, bench_row_raw_tag(d, p, row, 0));
+    fputc(',', f);
+    cstr(f, bench_row_raw_call(run, d, p, row, 0, call, sizeof call));
+  } else {
+    fputc(',', f);
+  }
+  fputc(',', f);
+  if (raw && row->raw_count > 1) {
+    cstr(f, bench_row_raw_tag(d, p, row, 1));
+    fputc(',', f);
+    cnum(f, in_unit(row, &row->raw[1].t).median);
+  } else {
+    fputc(',', f);
+  }
+  fputc(',', f);
+  if (row->status != ROW_SKIPPED)
+    fprintf(f, "%d,%s", row->samples, row->verified ? "true" : "false");
+  else
+    fputc(',', f);
+  fputc(',', f);
+  if (row->status == ROW_SKIPPED) {
+    skip_reason(row, cap, cap_reason, reason, sizeof reason);
+    cstr(f, reason);
+  } else if (row->status == ROW_FAILED) {
+    cstr(f, row->error);
+  } else if (row->raw_error) {
+    snprintf(reason, sizeof reason, "raw: %s", row->raw_error);
+    cstr(f, reason);
+  }
+  fputc('\n', f);
+}
+
 int bench_write_csv(const char *path, const bench_run *run) {
   FILE *f = open_out(path, "--csv");
   if (!f) return 1;
   fputs("device,backend,device_name,path,size_bytes,status,unit,ferry_median,ferry_p25,ferry_p75,ferry_min,ferry_max,"
-        "raw_median,raw_p25,raw_p75,raw_min,raw_max,ratio,raw_call,samples,verified,error\n",
+        "raw_median,raw_p25,raw_p75,raw_min,raw_max,ratio,raw_way,raw_call,raw_other_way,raw_other_median,samples,"
+        "verified,error\n",
         f);
   for (size_t di = 0; di < run->device_count; di++) {
     const bench_device *d = &run->devices[di];
-    for (int p = 0; p < PATH_COUNT; p++) {
-      for (size_t si = 0; si < run->opt.size_count; si++) {
-        const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
-        char call[160], reason[400];
-        fprintf(f, "%zu,", d->info.index);
-        cstr(f, d->info.backend);
-        fputc(',', f);
-        cstr(f, d->info.name);
-        fprintf(f, ",%s,%zu,%s,%s,", bench_paths[p].id, row->bytes, status_name(row->status),
-                bench_paths[p].latency ? "us" : "GB/s");
-        cfigure(f, row, &row->ferry, row->status == ROW_OK);
-        fputc(',', f);
-        cfigure(f, row, &row->raw, row->status == ROW_OK && row->has_raw);
-        fputc(',', f);
-        double r = bench_ratio(row);
-        if (r > 0) cnum(f, r);
-        fputc(',', f);
-        const char *rc = bench_raw_call(d, (bench_path)p, call, sizeof call);
-        if (row->status != ROW_SKIPPED && strcmp(rc, "-") != 0) cstr(f, rc);
-        fputc(',', f);
-        if (row->status != ROW_SKIPPED)
-          fprintf(f, "%d,%s", row->samples, row->verified ? "true" : "false");
-        else
-          fputc(',', f);
-        fputc(',', f);
-        if (row->status == ROW_SKIPPED) {
-          skip_reason(d, row, reason, sizeof reason);
-          cstr(f, reason);
-        } else if (row->status == ROW_FAILED) {
-          cstr(f, row->error);
-        } else if (row->raw_error) {
-          snprintf(reason, sizeof reason, "raw: %s", row->raw_error);
-          cstr(f, reason);
-        }
-        fputc('\n', f);
-      }
-    }
+    for (int p = 0; p < PATH_DEVICE_COUNT; p++)
+      for (size_t si = 0; si < run->opt.size_count && run->opt.paths[p]; si++)
+        crow(f, run, d, NULL, bench_device_row(run, d, (bench_path)p, si), d->size_cap, d->cap_reason);
+  }
+  for (size_t pi = 0; pi < run->pair_count; pi++) {
+    const bench_pair *p = &run->pairs[pi];
+    for (size_t si = 0; si < run->opt.size_count; si++)
+      crow(f, run, &run->devices[p->from], p, bench_pair_row(run, p, si), p->size_cap, p->cap_reason);
   }
   return close_out(f, path, "--csv");
 }

@@ -3,10 +3,13 @@
  *
  * For each device and size the host memory is allocated and touched, the device
  * buffers allocated, and then every path is, in turn: checked (the bytes of one
- * ferry transfer and of one raw transfer are compared with what was sent), warmed
- * up and calibrated (how many back-to-back calls make one sample of about
- * target_sample seconds, separately for ferry and raw), and sampled: ferry, raw,
- * ferry, raw ... so that drift hits both. Each figure is the median of its samples.
+ * ferry transfer and of one raw transfer per way are compared with what was
+ * sent), warmed up and calibrated (how many back-to-back calls make one sample of
+ * about target_sample seconds, separately for ferry and each raw way), and
+ * sampled: ferry, raw, (the raw's second way,) ferry, raw ... so that drift hits
+ * all alike. Each figure is the median of its samples; of two raw ways the one
+ * with the lower median is shown. Copies between two devices (peer, cross) are
+ * measured the same way, after the devices.
  */
 #include "bench.h"
 
@@ -18,23 +21,32 @@
 #include <unistd.h>
 
 const bench_path_desc bench_paths[PATH_COUNT] = {
-    [PATH_H2D] = {"h2d", "h2d", "ferry_host_to_device from ordinary (malloc'd) host memory", 1, false, false},
-    [PATH_D2H] = {"d2h", "d2h", "ferry_device_to_host into ordinary host memory", 1, false, false},
+    [PATH_H2D] = {"h2d", "h2d", "ferry_host_to_device from ordinary (malloc'd) host memory", 1, false, false, false},
+    [PATH_D2H] = {"d2h", "d2h", "ferry_device_to_host into ordinary host memory", 1, false, false, false},
     [PATH_H2D_PINNED] = {"h2d-pinned", "h2d pinned", "ferry_host_to_device from ferry_host_alloc (pinned) memory", 1,
-                         false, false},
+                         false, false, false},
     [PATH_D2H_PINNED] = {"d2h-pinned", "d2h pinned", "ferry_device_to_host into ferry_host_alloc (pinned) memory", 1,
-                         false, false},
+                         false, false, false},
     [PATH_HOST_PTR] = {"host-ptr", "host-ptr sync",
-                       "ferry_alloc_host_ptr buffer: h2d + d2h on its own array (synchronisation only; GB/s counts "
-                       "both ways) vs raw h2d + d2h of the same bytes on an ordinary buffer",
-                       2, false, true},
+                       "ferry_alloc_host_ptr buffer: h2d + d2h on its own array (synchronisation only, no bytes "
+                       "move), microseconds per pair, vs the raw h2d + d2h of the same bytes on an ordinary buffer",
+                       2, true, true, false},
     [PATH_ZERO_COPY] = {"zero-copy", "zero-copy sync",
-                        "ferry_alloc_zero_copy buffer: h2d + d2h on its own array (synchronisation only; GB/s counts "
-                        "both ways) vs raw h2d + d2h of the same bytes on an ordinary buffer",
-                        2, false, true},
+                        "ferry_alloc_zero_copy buffer: h2d + d2h on its own array (synchronisation only, no bytes "
+                        "move), microseconds per pair, vs the raw h2d + d2h of the same bytes on an ordinary buffer",
+                        2, true, true, false},
     [PATH_D2D] = {"d2d", "d2d", "ferry_device_to_device between two buffers of the device (bytes copied per second)", 1,
-                  false, false},
-    [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false},
+                  false, false, false},
+    [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false,
+                    false},
+    [PATH_PEER] = {"peer", "peer",
+                   "ferry_device_to_device from a buffer of device A into one of device B, both of one backend, vs "
+                   "the driver's copy between devices (cuMemcpyPeer)",
+                   1, false, false, true},
+    [PATH_CROSS] = {"cross", "cross",
+                    "ferry_device_to_device from a buffer of device A into one of device B, vs the raw d2h of A into "
+                    "ordinary host memory + the raw h2d of B from it",
+                    1, false, false, true},
 };
 
 /* How long a figure may take, and how many samples it gets. */
@@ -67,52 +79,156 @@ double bench_figure(const bench_row *row, double seconds) {
 }
 
 double bench_ratio(const bench_row *row) {
-  if (row->status != ROW_OK || !row->has_raw || row->ferry.median <= 0) return 0;
-  return row->raw.median / row->ferry.median;
+  if (row->status != ROW_OK || row->raw_count == 0 || row->ferry.median <= 0) return 0;
+  return row->raw[0].t.median / row->ferry.median;
 }
 
-bench_row *bench_row_at(const bench_run *run, const bench_device *d, bench_path p, size_t size_index) {
+bench_row *bench_device_row(const bench_run *run, const bench_device *d, bench_path p, size_t size_index) {
   return &d->rows[(size_t)p * run->opt.size_count + size_index];
 }
 
-static const char *alloc_call_name(const char *backend) {
-  if (strcmp(backend, "native") == 0 || strcmp(backend, "checked") == 0) return "posix_memalign+free";
-  return "driver alloc+free";
+bench_row *bench_pair_row(const bench_run *run, const bench_pair *p, size_t size_index) {
+  (void)run;
+  return &p->rows[size_index];
 }
 
-const char *bench_raw_call(const bench_device *d, bench_path p, char *buf, size_t size) {
+const char *bench_pair_label(const bench_run *run, const bench_pair *p, char buf[48]) {
+  snprintf(buf, 48, "%s %zu>%zu", bench_paths[p->path].label, run->devices[p->from].info.index,
+           run->devices[p->to].info.index);
+  return buf;
+}
+
+const char *bench_raw_tag(const raw_ops *raw, int way) {
+  const char *tag = way ? raw->alt_tag : raw->tag;
+  return tag ? tag : way ? "alt" : "raw";
+}
+
+const char *bench_raw_call(const bench_device *d, bench_path p, int way, char *buf, size_t size) {
   const raw_ops *r = d->raw;
-  if (!r) return "-";
+  if (!r || (way && !d->alt)) return NULL;
+  const char *h2d = way ? r->h2d_alt_name : r->h2d_name, *d2h = way ? r->d2h_alt_name : r->d2h_name;
+  const char *d2d = way ? r->d2d_alt_name : r->d2d_name;
+  const char *pinned = r->host_alloc ? "the driver's pinned memory" : "the same block";
   switch (p) {
-  case PATH_H2D: snprintf(buf, size, "%s", r->h2d_name); break;
-  case PATH_D2H: snprintf(buf, size, "%s", r->d2h_name); break;
+  case PATH_H2D:
+  case PATH_D2H: snprintf(buf, size, "%s", p == PATH_H2D ? h2d : d2h); break;
   case PATH_H2D_PINNED:
-    snprintf(buf, size, "%s (%s)", r->h2d_name, r->host_alloc ? "driver's pinned memory" : "same block");
-    break;
-  case PATH_D2H_PINNED:
-    snprintf(buf, size, "%s (%s)", r->d2h_name, r->host_alloc ? "driver's pinned memory" : "same block");
-    break;
+  case PATH_D2H_PINNED: snprintf(buf, size, "%s, %s", p == PATH_H2D_PINNED ? h2d : d2h, pinned); break;
   case PATH_HOST_PTR:
-  case PATH_ZERO_COPY: snprintf(buf, size, "%s + %s", r->h2d_name, r->d2h_name); break;
-  case PATH_D2D: snprintf(buf, size, "%s", r->d2d_name); break;
-  case PATH_ALLOC:
-    if (!r->alloc_free) return "-";
-    snprintf(buf, size, "%s", alloc_call_name(d->info.backend));
+  case PATH_ZERO_COPY: snprintf(buf, size, "%s, then %s", h2d, d2h); break;
+  case PATH_D2D:
+    if (!d2d) return NULL;
+    snprintf(buf, size, "%s", d2d);
     break;
-  default: return "-";
+  case PATH_ALLOC:
+    if (way || !r->alloc_free) return NULL;
+    snprintf(buf, size, "%s", r->alloc_name ? r->alloc_name : "the driver's alloc + free");
+    break;
+  default: return NULL;
   }
   return buf;
 }
 
-/* ---- one (device, size): the memory every path works on ------------------- */
+const char *bench_row_raw_call(const bench_run *run, const bench_device *d, const bench_pair *p, const bench_row *row,
+                               int figure, char *buf, size_t size) {
+  (void)run;
+  if (row->raw_count <= figure) return NULL;
+  int way = row->raw[figure].way;
+  if (p) return way ? p->raw_call_alt : p->raw_call;
+  return bench_raw_call(d, row->path, way, buf, size);
+}
+
+const char *bench_row_raw_tag(const bench_device *d, const bench_pair *p, const bench_row *row, int figure) {
+  if (row->raw_count <= figure) return NULL;
+  int way = row->raw[figure].way;
+  if (p) return p->path == PATH_PEER ? "peer" : way ? "second" : "first";
+  if (row->path == PATH_ALLOC) return "alloc";
+  return bench_raw_tag(d->raw, way);
+}
+
+/* ---- size caps and what a device has --------------------------------------------- */
+
+/* Bytes of host memory the system can still give (MemAvailable), or 0 when unknown. */
+static uint64_t host_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    unsigned long long kb;
+    while (fgets(line, sizeof line, f)) {
+      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+        fclose(f);
+        return (uint64_t)kb * 1024;
+      }
+    }
+    fclose(f);
+  }
+#ifdef _SC_AVPHYS_PAGES
+  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages > 0 && page > 0) return (uint64_t)pages * (uint64_t)page;
+#endif
+  return 0;
+}
+
+/* The largest size measured on the device: its max_allocation, half its memory
+ * (two buffers for d2d) and an eighth of the host memory available (ordinary,
+ * pinned and host-ptr blocks live at once, a raw baseline's own buffers, and on
+ * host devices the buffers themselves). */
+void bench_device_cap(bench_device *d) {
+  char a[32], b[32];
+  uint64_t cap = d->info.max_allocation;
+  snprintf(d->cap_reason, sizeof d->cap_reason, "the device's max_allocation is %s",
+           bench_size_approx(d->info.max_allocation, a));
+  if (d->info.total_memory / 2 < cap) {
+    cap = d->info.total_memory / 2;
+    snprintf(d->cap_reason, sizeof d->cap_reason, "two buffers of that size exceed the device's %s of memory",
+             bench_size_approx(d->info.total_memory, a));
+  }
+  uint64_t avail = host_available();
+  if (avail && avail / 8 < cap) {
+    cap = avail / 8;
+    snprintf(d->cap_reason, sizeof d->cap_reason,
+             "the host has %s available and the benchmark keeps up to eight blocks of the size at once",
+             bench_size_approx(avail, b));
+  }
+  d->size_cap = cap > SIZE_MAX ? SIZE_MAX : (size_t)cap;
+}
+
+void bench_pair_cap(const bench_run *run, bench_pair *p) {
+  const bench_device *a = &run->devices[p->from], *b = &run->devices[p->to];
+  const bench_device *lower = a->size_cap <= b->size_cap ? a : b;
+  p->size_cap = lower->size_cap;
+  snprintf(p->cap_reason, sizeof p->cap_reason, "on device %zu %.150s", lower->info.index, lower->cap_reason);
+}
+
+bool bench_path_applies(const bench_device *d, bench_path p, size_t bytes, char *why, size_t why_size) {
+  if (p == PATH_ZERO_COPY && !d->info.zero_copy) {
+    snprintf(why, why_size, "the device's memory is not host memory");
+    return false;
+  }
+  if (p == PATH_HOST_PTR && !d->info.host_ptr) {
+    snprintf(why, why_size, "the device has no host-pointer buffers");
+    return false;
+  }
+  if (p == PATH_HOST_PTR && d->info.host_ptr_alignment > 1 && bytes % d->info.host_ptr_alignment != 0) {
+    char size[32], align[32];
+    snprintf(why, why_size, "%s is not a multiple of the device's host_ptr_alignment (%s)",
+             bench_size_text(bytes, size), bench_size_text(d->info.host_ptr_alignment, align));
+    return false;
+  }
+  return true;
+}
+
+/* ---- the memory every path of one (device, size) works on --------------------- */
 
 typedef struct ctx {
-  bench_device *d;
-  const raw_ops *raw;
-  raw_baseline *rb;
+  bench_device *d;  /* the device; for a pair, the source */
+  bench_device *to; /* a pair's destination */
+  const raw_ops *raw, *raw_to;
+  raw_baseline *rb, *rb_to;
   size_t bytes;
   unsigned char *src, *dst;  /* ordinary host memory, touched */
-  ferry_buffer a, b;         /* device buffers: a for every transfer, b the d2d destination */
+  unsigned char *host;       /* a pair's raw d2h + h2d go through this */
+  ferry_buffer a, b;         /* device buffers: a for every transfer, b the d2d destination (a pair's on `to`) */
   unsigned char *pinned;     /* ferry_host_alloc */
   unsigned char *raw_pinned; /* raw->host_alloc, or the same block as pinned */
   bool raw_pinned_own;       /* raw_pinned came from raw->host_alloc */
@@ -122,6 +238,12 @@ typedef struct ctx {
 } ctx;
 
 typedef int (*op_fn)(ctx *c);
+
+/* One raw way of a path: the timed call and the check of its bytes. */
+typedef struct way {
+  op_fn op, verify;
+  int index; /* 0: the backend's first way, 1: its second */
+} way;
 
 static int ctx_fail(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int ctx_fail(ctx *c, const char *fmt, ...) {
@@ -137,6 +259,8 @@ static int ferry_failed(ctx *c, ferry_status st) {
 }
 
 static ferry_array arr(ctx *c, void *p) { return ferry_array_of(p, c->bytes, FERRY_UINT8); }
+
+/* ---- ferry's calls ---- */
 
 static int f_h2d(ctx *c) {
   ferry_status st = ferry_host_to_device(arr(c, c->src), c->a);
@@ -170,34 +294,95 @@ static int f_alloc(ctx *c) {
   return st == FERRY_OK ? 0 : ferry_failed(c, st);
 }
 
+/* ---- the raw calls: the first way, the second (alt), and between devices ---- */
+
 static int raw_failed(ctx *c, const char *call, int code) {
-  return ctx_fail(c, "the raw baseline %s of %zu bytes failed (it returned %d)", call, c->bytes, code);
+  char size[32];
+  return ctx_fail(c, "the raw baseline %s of %s failed (it returned %d)", call ? call : "call",
+                  bench_size_text(c->bytes, size), code);
 }
+#define RAW(call, name)                                                                                                \
+  do {                                                                                                                 \
+    int rc_ = (call);                                                                                                  \
+    if (rc_) return raw_failed(c, (name), rc_);                                                                        \
+  } while (0)
+
 static int r_h2d(ctx *c) {
-  int rc = c->raw->h2d(c->rb, c->a, c->src, c->bytes);
-  return rc ? raw_failed(c, c->raw->h2d_name, rc) : 0;
+  RAW(c->raw->h2d(c->rb, c->a, c->src, c->bytes), c->raw->h2d_name);
+  return 0;
 }
 static int r_d2h(ctx *c) {
-  int rc = c->raw->d2h(c->rb, c->a, c->dst, c->bytes);
-  return rc ? raw_failed(c, c->raw->d2h_name, rc) : 0;
+  RAW(c->raw->d2h(c->rb, c->a, c->dst, c->bytes), c->raw->d2h_name);
+  return 0;
 }
 static int r_h2d_pinned(ctx *c) {
-  int rc = c->raw->h2d(c->rb, c->a, c->raw_pinned, c->bytes);
-  return rc ? raw_failed(c, c->raw->h2d_name, rc) : 0;
+  RAW(c->raw->h2d(c->rb, c->a, c->raw_pinned, c->bytes), c->raw->h2d_name);
+  return 0;
 }
 static int r_d2h_pinned(ctx *c) {
-  int rc = c->raw->d2h(c->rb, c->a, c->raw_pinned, c->bytes);
-  return rc ? raw_failed(c, c->raw->d2h_name, rc) : 0;
+  RAW(c->raw->d2h(c->rb, c->a, c->raw_pinned, c->bytes), c->raw->d2h_name);
+  return 0;
 }
 static int r_roundtrip(ctx *c) { return r_h2d(c) ? -1 : r_d2h(c); }
 static int r_d2d(ctx *c) {
-  int rc = c->raw->d2d(c->rb, c->a, c->b, c->bytes);
-  return rc ? raw_failed(c, c->raw->d2d_name, rc) : 0;
+  RAW(c->raw->d2d(c->rb, c->a, c->b, c->bytes), c->raw->d2d_name);
+  return 0;
 }
 static int r_alloc(ctx *c) {
-  int rc = c->raw->alloc_free(c->rb, c->bytes);
-  return rc ? raw_failed(c, alloc_call_name(c->d->info.backend), rc) : 0;
+  RAW(c->raw->alloc_free(c->rb, c->bytes), c->raw->alloc_name);
+  return 0;
 }
+static int a_h2d(ctx *c) {
+  RAW(c->raw->h2d_alt(c->rb, c->a, c->src, c->bytes), c->raw->h2d_alt_name);
+  return 0;
+}
+static int a_d2h(ctx *c) {
+  RAW(c->raw->d2h_alt(c->rb, c->a, c->dst, c->bytes), c->raw->d2h_alt_name);
+  return 0;
+}
+static int a_h2d_pinned(ctx *c) {
+  RAW(c->raw->h2d_alt(c->rb, c->a, c->raw_pinned, c->bytes), c->raw->h2d_alt_name);
+  return 0;
+}
+static int a_d2h_pinned(ctx *c) {
+  RAW(c->raw->d2h_alt(c->rb, c->a, c->raw_pinned, c->bytes), c->raw->d2h_alt_name);
+  return 0;
+}
+static int a_roundtrip(ctx *c) { return a_h2d(c) ? -1 : a_d2h(c); }
+static int a_d2d(ctx *c) {
+  RAW(c->raw->d2d_alt(c->rb, c->a, c->b, c->bytes), c->raw->d2d_alt_name);
+  return 0;
+}
+static int r_peer(ctx *c) {
+  RAW(c->raw->peer(c->rb, c->a, c->rb_to, c->b, c->bytes), c->raw->peer_name);
+  return 0;
+}
+/* A copy between devices as a program without ferry makes it: where one device's
+ * memory is the host's (native, checked: its buffers are host addresses), one
+ * call of the other device straight into or out of it; else the source's d2h into
+ * ordinary host memory, then the destination's h2d from it. `second`: through each
+ * device's second way where it has one (memcpy out of and into mapped memory). */
+static int cross_d2h(ctx *c, bool second, void *into) {
+  if (second && c->d->alt)
+    RAW(c->raw->d2h_alt(c->rb, c->a, into, c->bytes), c->raw->d2h_alt_name);
+  else
+    RAW(c->raw->d2h(c->rb, c->a, into, c->bytes), c->raw->d2h_name);
+  return 0;
+}
+static int cross_h2d(ctx *c, bool second, const void *from) {
+  if (second && c->to->alt)
+    RAW(c->raw_to->h2d_alt(c->rb_to, c->b, from, c->bytes), c->raw_to->h2d_alt_name);
+  else
+    RAW(c->raw_to->h2d(c->rb_to, c->b, from, c->bytes), c->raw_to->h2d_name);
+  return 0;
+}
+static int cross(ctx *c, bool second) {
+  if (c->to->info.zero_copy) return cross_d2h(c, second, (void *)ferry_device_ptr(c->b));
+  if (c->d->info.zero_copy) return cross_h2d(c, second, (const void *)ferry_device_ptr(c->a));
+  return cross_d2h(c, second, c->host) ? -1 : cross_h2d(c, second, c->host);
+}
+static int r_cross(ctx *c) { return cross(c, false); }
+static int a_cross(ctx *c) { return cross(c, true); }
 
 /* ---- checking the bytes ------------------------------------------------------ */
 
@@ -253,12 +438,14 @@ static int verify_to_host(ctx *c, op_fn op, unsigned char *into, const char *wha
   return check_bytes(c, what, c->src, into);
 }
 
-/* The raw round trip: src -> a -> dst. */
-static int verify_roundtrip(ctx *c) {
-  fill(c->src, c->bytes);
-  memset(c->dst, 0xA5, c->bytes);
-  if (r_roundtrip(c)) return -1;
-  return check_bytes(c, "the raw h2d + d2h", c->src, c->dst);
+/* A raw round trip: `from` -> a -> `into`, by `there` and `back`. */
+static int verify_roundtrip_of(ctx *c, op_fn there, op_fn back, unsigned char *from, unsigned char *into,
+                               const char *what) {
+  fill(from, c->bytes);
+  if (there(c)) return -1;
+  memset(into, 0xA5, c->bytes);
+  if (back(c)) return -1;
+  return check_bytes(c, what, from, into);
 }
 
 /* A host-ptr or zero-copy buffer: what the host writes into its array reaches
@@ -280,7 +467,9 @@ static int verify_sync(ctx *c, const char *what) {
   return check_bytes(c, text, c->src, c->own);
 }
 
-static int verify_d2d(ctx *c, op_fn op, const char *what) {
+/* A copy from a into b (one device, or a pair): b is overwritten first so that a
+ * copy that did nothing shows. */
+static int verify_copy(ctx *c, op_fn op, const char *what) {
   memset(c->dst, 0x3C, c->bytes);
   if (write_through(c, c->b, c->dst)) return -1;
   fill(c->src, c->bytes);
@@ -300,6 +489,112 @@ static int verify_alloc(ctx *c) {
   if (got != c->bytes) return ctx_fail(c, "ferry_alloc of %zu bytes gave a buffer of %zu", c->bytes, got);
   if (!has_ptr) return ctx_fail(c, "ferry_alloc of %zu bytes gave a buffer without a device pointer", c->bytes);
   return 0;
+}
+
+/* The checks, one per path and side. */
+static int vf_h2d(ctx *c) { return verify_to_device(c, f_h2d, c->src, "ferry_host_to_device"); }
+static int vf_d2h(ctx *c) { return verify_to_host(c, f_d2h, c->dst, "ferry_device_to_host"); }
+static int vf_h2d_pinned(ctx *c) {
+  return verify_to_device(c, f_h2d_pinned, c->pinned, "ferry_host_to_device from pinned memory");
+}
+static int vf_d2h_pinned(ctx *c) {
+  return verify_to_host(c, f_d2h_pinned, c->pinned, "ferry_device_to_host into pinned memory");
+}
+static int vf_host_ptr(ctx *c) { return verify_sync(c, "the host-ptr buffer's synchronisation"); }
+static int vf_zero_copy(ctx *c) { return verify_sync(c, "the zero-copy buffer's synchronisation"); }
+static int vf_d2d(ctx *c) { return verify_copy(c, f_d2d, "ferry_device_to_device"); }
+
+static int vr_h2d(ctx *c) { return verify_to_device(c, r_h2d, c->src, c->raw->h2d_name); }
+static int vr_d2h(ctx *c) { return verify_to_host(c, r_d2h, c->dst, c->raw->d2h_name); }
+static int vr_h2d_pinned(ctx *c) { return verify_to_device(c, r_h2d_pinned, c->raw_pinned, c->raw->h2d_name); }
+static int vr_d2h_pinned(ctx *c) { return verify_to_host(c, r_d2h_pinned, c->raw_pinned, c->raw->d2h_name); }
+static int vr_roundtrip(ctx *c) { return verify_roundtrip_of(c, r_h2d, r_d2h, c->src, c->dst, "the raw h2d + d2h"); }
+static int vr_d2d(ctx *c) { return verify_copy(c, r_d2d, c->raw->d2d_name); }
+static int vr_peer(ctx *c) { return verify_copy(c, r_peer, c->raw->peer_name); }
+static int vr_cross(ctx *c) { return verify_copy(c, r_cross, "the raw copy between devices"); }
+/* On memory of a baseline's own, the second way's bytes start and end there. */
+static int va_cross(ctx *c) {
+  bool own_from = c->d->alt && c->raw->alt_own_memory, own_to = c->to->alt && c->raw_to->alt_own_memory;
+  if (!own_from && !own_to) return verify_copy(c, a_cross, "the raw copy between devices (second ways)");
+  fill(c->src, c->bytes);
+  if (own_from) {
+    RAW(c->raw->h2d_alt(c->rb, c->a, c->src, c->bytes), c->raw->h2d_alt_name);
+  } else if (write_through(c, c->a, c->src)) {
+    return -1;
+  }
+  if (a_cross(c)) return -1;
+  memset(c->dst, 0xA5, c->bytes);
+  if (own_to) {
+    RAW(c->raw_to->d2h_alt(c->rb_to, c->b, c->dst, c->bytes), c->raw_to->d2h_alt_name);
+  } else if (read_back(c, c->b, c->dst)) {
+    return -1;
+  }
+  return check_bytes(c, "the raw copy between devices (second ways)", c->src, c->dst);
+}
+
+/* The second way on ferry's own buffers (OpenCL's map) is checked as the first is;
+ * on memory of the baseline's own (Vulkan's mapped buffers), by round trips. */
+static int va_h2d(ctx *c) {
+  if (c->raw->alt_own_memory) return verify_roundtrip_of(c, a_h2d, a_d2h, c->src, c->dst, c->raw->h2d_alt_name);
+  return verify_to_device(c, a_h2d, c->src, c->raw->h2d_alt_name);
+}
+static int va_d2h(ctx *c) {
+  if (c->raw->alt_own_memory) return verify_roundtrip_of(c, a_h2d, a_d2h, c->src, c->dst, c->raw->d2h_alt_name);
+  return verify_to_host(c, a_d2h, c->dst, c->raw->d2h_alt_name);
+}
+static int va_h2d_pinned(ctx *c) {
+  if (c->raw->alt_own_memory)
+    return verify_roundtrip_of(c, a_h2d_pinned, a_d2h, c->raw_pinned, c->dst, c->raw->h2d_alt_name);
+  return verify_to_device(c, a_h2d_pinned, c->raw_pinned, c->raw->h2d_alt_name);
+}
+static int va_d2h_pinned(ctx *c) {
+  if (c->raw->alt_own_memory)
+    return verify_roundtrip_of(c, a_h2d, a_d2h_pinned, c->src, c->raw_pinned, c->raw->d2h_alt_name);
+  return verify_to_host(c, a_d2h_pinned, c->raw_pinned, c->raw->d2h_alt_name);
+}
+static int va_roundtrip(ctx *c) {
+  return verify_roundtrip_of(c, a_h2d, a_d2h, c->src, c->dst, "the raw h2d + d2h (second way)");
+}
+/* A copy on the baseline's own memory: in through a, copied to b, out through b. */
+static int a_d2d_round(ctx *c) {
+  if (a_h2d(c) || a_d2d(c)) return -1;
+  ferry_buffer a = c->a;
+  c->a = c->b; /* a_d2h reads "a" */
+  int rc = a_d2h(c);
+  c->a = a;
+  return rc;
+}
+static int va_d2d(ctx *c) {
+  if (c->raw->alt_own_memory) {
+    fill(c->src, c->bytes);
+    memset(c->dst, 0xA5, c->bytes);
+    if (a_d2d_round(c)) return -1;
+    return check_bytes(c, c->raw->d2d_alt_name, c->src, c->dst);
+  }
+  return verify_copy(c, a_d2d, c->raw->d2d_alt_name);
+}
+
+/* The raw ways of a device path, as many as the device has. */
+static int device_ways(const ctx *c, bench_path p, way out[2]) {
+  static const struct {
+    op_fn op, verify, alt, alt_verify;
+  } table[PATH_DEVICE_COUNT] = {
+      [PATH_H2D] = {r_h2d, vr_h2d, a_h2d, va_h2d},
+      [PATH_D2H] = {r_d2h, vr_d2h, a_d2h, va_d2h},
+      [PATH_H2D_PINNED] = {r_h2d_pinned, vr_h2d_pinned, a_h2d_pinned, va_h2d_pinned},
+      [PATH_D2H_PINNED] = {r_d2h_pinned, vr_d2h_pinned, a_d2h_pinned, va_d2h_pinned},
+      [PATH_HOST_PTR] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
+      [PATH_ZERO_COPY] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
+      [PATH_D2D] = {r_d2d, vr_d2d, a_d2d, va_d2d},
+      [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL},
+  };
+  int n = 0;
+  if (!c->raw) return 0;
+  if (p == PATH_ALLOC && !c->raw->alloc_free) return 0;
+  out[n++] = (way){table[p].op, table[p].verify, 0};
+  bool alt = c->d->alt && table[p].alt && (p != PATH_D2D || c->raw->d2d_alt);
+  if (alt) out[n++] = (way){table[p].alt, table[p].alt_verify, 1};
+  return n;
 }
 
 /* ---- timing ------------------------------------------------------------------- */
@@ -362,24 +657,29 @@ static char *dup_text(const char *s) {
   return p;
 }
 
-static void row_fail(bench_run *run, const bench_device *d, bench_row *row, const char *sentence) {
+static void say_failure(const ctx *c, const bench_row *row, const char *sentence) {
   char size[32];
+  if (c->to)
+    bench_note("%s %zu>%zu, %s: %s", bench_paths[row->path].label, c->d->info.index, c->to->info.index,
+               bench_size_text(row->bytes, size), sentence);
+  else
+    bench_note("device %zu (%s), %s, %s: %s", c->d->info.index, c->d->info.backend, bench_paths[row->path].label,
+               bench_size_text(row->bytes, size), sentence);
+}
+
+static void row_fail(bench_run *run, const ctx *c, bench_row *row, const char *sentence) {
   row->status = ROW_FAILED;
   free(row->error);
   row->error = dup_text(sentence);
   run->failures++;
-  bench_note("device %zu (%s), %s, %s: %s", d->info.index, d->info.backend, bench_paths[row->path].label,
-             bench_size_text(row->bytes, size), sentence);
+  say_failure(c, row, sentence);
 }
 
-static void row_raw_fail(bench_run *run, const bench_device *d, bench_row *row, const char *sentence) {
-  char size[32];
-  row->has_raw = false;
-  free(row->raw_error);
-  row->raw_error = dup_text(sentence);
+static void row_raw_fail(bench_run *run, const ctx *c, bench_row *row, const char *sentence) {
   run->failures++;
-  bench_note("device %zu (%s), %s, %s: %s", d->info.index, d->info.backend, bench_paths[row->path].label,
-             bench_size_text(row->bytes, size), sentence);
+  say_failure(c, row, sentence);
+  if (row->raw_error) return; /* the first one is kept */
+  row->raw_error = dup_text(sentence);
 }
 
 static void row_skip(bench_row *row, const char *why) {
@@ -388,48 +688,50 @@ static void row_skip(bench_row *row, const char *why) {
   row->error = why ? dup_text(why) : NULL;
 }
 
-/* Calibrates, then samples ferry and raw in turn. The bytes were checked before. */
-static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn rop) {
+/* Calibrates, then samples ferry and the raw ways in turn. The bytes were checked before. */
+static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways, int nways) {
   budget b = budget_for(&run->opt);
-  long nf = 1, nr = 1;
-  double tf = 0, tr = 0;
+  long nf = 1, nr[2] = {1, 1};
+  double tf = 0, tr[2] = {0, 0};
   if (calibrate(fop, c, b.target_sample, &nf, &tf)) {
-    row_fail(run, c->d, row, c->err);
+    row_fail(run, c, row, c->err);
     return;
   }
-  if (rop && calibrate(rop, c, b.target_sample, &nr, &tr)) {
-    row_raw_fail(run, c->d, row, c->err);
-    rop = NULL;
-  }
+  for (int w = 0; w < nways; w++)
+    if (ways[w].op && calibrate(ways[w].op, c, b.target_sample, &nr[w], &tr[w])) {
+      row_raw_fail(run, c, row, c->err);
+      ways[w].op = NULL;
+    }
   int n = run->opt.repeat;
   if (n == 0) {
-    double pair = tf * (double)nf + (rop ? tr * (double)nr : 0);
-    double fit = pair > 0 ? b.per_figure / pair : b.max_samples;
+    double round = tf * (double)nf;
+    for (int w = 0; w < nways; w++)
+      if (ways[w].op) round += tr[w] * (double)nr[w];
+    double fit = round > 0 ? b.per_figure / round : b.max_samples;
     int lo = row->bytes >= ((size_t)256 << 20) ? 3 : b.min_samples;
     n = fit < lo ? lo : fit > b.max_samples ? b.max_samples : (int)fit;
   }
-  double *sf = malloc(sizeof(double) * (size_t)n), *sr = malloc(sizeof(double) * (size_t)n);
-  if (!sf || !sr) {
-    free(sf);
-    free(sr);
-    row_fail(run, c->d, row, "no host memory for the samples");
+  double *sf = malloc(sizeof(double) * (size_t)n * 3);
+  if (!sf) {
+    row_fail(run, c, row, "no host memory for the samples");
     return;
   }
+  double *sr[2] = {sf + n, sf + 2 * n};
   for (int i = 0; i < n; i++) {
     double t;
     if (time_ops(fop, c, nf, &t)) {
-      row_fail(run, c->d, row, c->err);
+      row_fail(run, c, row, c->err);
       free(sf);
-      free(sr);
       return;
     }
     sf[i] = t / (double)nf;
-    if (rop) {
-      if (time_ops(rop, c, nr, &t)) {
-        row_raw_fail(run, c->d, row, c->err);
-        rop = NULL;
+    for (int w = 0; w < nways; w++) {
+      if (!ways[w].op) continue;
+      if (time_ops(ways[w].op, c, nr[w], &t)) {
+        row_raw_fail(run, c, row, c->err);
+        ways[w].op = NULL;
       } else {
-        sr[i] = t / (double)nr;
+        sr[w][i] = t / (double)nr[w];
       }
     }
   }
@@ -437,47 +739,38 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn rop
   row->samples = n;
   row->ferry_ops = nf;
   row->ferry = summarise(sf, n);
-  if (rop) {
-    row->has_raw = true;
-    row->raw_ops = nr;
-    row->raw = summarise(sr, n);
+  row->raw_count = 0;
+  for (int w = 0; w < nways; w++)
+    if (ways[w].op)
+      row->raw[row->raw_count++] = (bench_raw_figure){.t = summarise(sr[w], n), .ops = nr[w], .way = ways[w].index};
+  if (row->raw_count == 2 && row->raw[1].t.median < row->raw[0].t.median) { /* the faster way is the baseline */
+    bench_raw_figure first = row->raw[0];
+    row->raw[0] = row->raw[1];
+    row->raw[1] = first;
   }
   free(sf);
-  free(sr);
 }
 
-/* Checks the bytes of one ferry and one raw transfer, then measures. */
-static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn rop, int (*verify_f)(ctx *),
-                     int (*verify_r)(ctx *)) {
-  if (verify_f && verify_f(c)) {
-    row_fail(run, c->d, row, c->err);
+/* Checks the bytes of one ferry transfer and one transfer per raw way, then measures. */
+static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify, way *ways, int nways) {
+  if (verify && verify(c)) {
+    row_fail(run, c, row, c->err);
     return;
   }
-  if (rop && verify_r && verify_r(c)) {
-    row_raw_fail(run, c->d, row, c->err);
-    rop = NULL;
-  }
-  row->verified = verify_f != NULL;
-  measure(run, c, row, fop, rop);
+  for (int w = 0; w < nways; w++)
+    if (ways[w].op && ways[w].verify && ways[w].verify(c)) {
+      row_raw_fail(run, c, row, c->err);
+      ways[w].op = NULL;
+    }
+  row->verified = verify != NULL;
+  measure(run, c, row, fop, ways, nways);
 }
 
-/* The checks, one per path, as int (*)(ctx *). */
-static int vf_h2d(ctx *c) { return verify_to_device(c, f_h2d, c->src, "ferry_host_to_device"); }
-static int vr_h2d(ctx *c) { return verify_to_device(c, r_h2d, c->src, c->raw->h2d_name); }
-static int vf_d2h(ctx *c) { return verify_to_host(c, f_d2h, c->dst, "ferry_device_to_host"); }
-static int vr_d2h(ctx *c) { return verify_to_host(c, r_d2h, c->dst, c->raw->d2h_name); }
-static int vf_h2d_pinned(ctx *c) {
-  return verify_to_device(c, f_h2d_pinned, c->pinned, "ferry_host_to_device from pinned memory");
+static void run_device_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify) {
+  way ways[2];
+  int n = device_ways(c, row->path, ways);
+  run_path(run, c, row, fop, verify, ways, n);
 }
-static int vr_h2d_pinned(ctx *c) { return verify_to_device(c, r_h2d_pinned, c->raw_pinned, c->raw->h2d_name); }
-static int vf_d2h_pinned(ctx *c) {
-  return verify_to_host(c, f_d2h_pinned, c->pinned, "ferry_device_to_host into pinned memory");
-}
-static int vr_d2h_pinned(ctx *c) { return verify_to_host(c, r_d2h_pinned, c->raw_pinned, c->raw->d2h_name); }
-static int vf_host_ptr(ctx *c) { return verify_sync(c, "the host-ptr buffer's synchronisation"); }
-static int vf_zero_copy(ctx *c) { return verify_sync(c, "the zero-copy buffer's synchronisation"); }
-static int vf_d2d(ctx *c) { return verify_d2d(c, f_d2d, "ferry_device_to_device"); }
-static int vr_d2d(ctx *c) { return verify_d2d(c, r_d2d, c->raw->d2d_name); }
 
 /* ---- the paths that need memory of their own ----------------------------------- */
 
@@ -521,7 +814,7 @@ static void run_sync(bench_run *run, ctx *c, bench_row *row, bool zero_copy) {
     char size[32], text[160];
     snprintf(text, sizeof text, "no host memory for the %s array of %s", zero_copy ? "zero-copy" : "host-ptr",
              bench_size_text(c->bytes, size));
-    row_fail(run, c->d, row, text);
+    row_fail(run, c, row, text);
     return;
   }
   c->own = p;
@@ -539,15 +832,14 @@ static void run_sync(bench_run *run, ctx *c, bench_row *row, bool zero_copy) {
                ferry_refusal_name(refusal));
     else
       snprintf(text, sizeof text, "%s (%s)", ferry_last_error(), ferry_status_name(st));
-    row_fail(run, c->d, row, text);
+    row_fail(run, c, row, text);
   } else {
-    run_path(run, c, row, f_sync, c->raw ? r_roundtrip : NULL, zero_copy ? vf_zero_copy : vf_host_ptr,
-             verify_roundtrip);
+    run_device_path(run, c, row, f_sync, zero_copy ? vf_zero_copy : vf_host_ptr);
     st = ferry_free(c->hb);
     if (st != FERRY_OK) {
       char text[1200];
       snprintf(text, sizeof text, "freeing the buffer: %s (%s)", ferry_last_error(), ferry_status_name(st));
-      row_fail(run, c->d, row, text);
+      row_fail(run, c, row, text);
     }
   }
   free(c->own);
@@ -559,58 +851,50 @@ static void run_d2d(bench_run *run, ctx *c, bench_row *row) {
   if (st != FERRY_OK) {
     char text[1200];
     snprintf(text, sizeof text, "the second buffer: %s (%s)", ferry_last_error(), ferry_status_name(st));
-    row_fail(run, c->d, row, text);
+    row_fail(run, c, row, text);
     return;
   }
-  run_path(run, c, row, f_d2d, c->raw ? r_d2d : NULL, vf_d2d, vr_d2d);
+  run_device_path(run, c, row, f_d2d, vf_d2d);
   ferry_free(c->b);
   c->b = FERRY_NULL_BUFFER;
 }
 
 /* ---- a device ---------------------------------------------------------------------- */
 
-/* Bytes of host memory the system can still give (MemAvailable), or 0 when unknown. */
-static uint64_t host_available(void) {
-  FILE *f = fopen("/proc/meminfo", "r");
-  if (f) {
-    char line[256];
-    unsigned long long kb;
-    while (fgets(line, sizeof line, f)) {
-      if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
-        fclose(f);
-        return (uint64_t)kb * 1024;
-      }
-    }
-    fclose(f);
+void bench_device_prepare(bench_device *d) {
+  bench_device_cap(d);
+  d->raw = raw_ops_for(d->info.backend);
+  d->alt = false;
+  if (!d->raw) {
+    snprintf(d->raw_note, sizeof d->raw_note, "no raw baseline for the %s backend yet", d->info.backend);
+    return;
   }
-#ifdef _SC_AVPHYS_PAGES
-  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages > 0 && page > 0) return (uint64_t)pages * (uint64_t)page;
-#endif
-  return 0;
+  char why[256] = "";
+  raw_baseline *rb = d->raw->open(d->dev, why);
+  if (!rb) {
+    snprintf(d->raw_note, sizeof d->raw_note, "the raw baseline could not start: %s", why[0] ? why : "no reason given");
+    bench_note("device %zu (%s): %s; ferry's figures are shown without it", d->info.index, d->info.backend,
+               d->raw_note);
+    d->raw = NULL;
+    return;
+  }
+  d->alt = d->raw->alt_available && d->raw->h2d_alt && d->raw->d2h_alt && d->raw->alt_available(rb);
+  d->raw->close(rb);
 }
 
-/* The largest size measured on the device: its max_allocation, half its memory
- * (two buffers for d2d) and a sixth of the host memory available (ordinary,
- * pinned and host-ptr blocks live at once, and host devices' buffers too). */
-static void size_cap(bench_device *d) {
-  char a[32], b[32];
-  uint64_t cap = d->info.max_allocation;
-  snprintf(d->cap_reason, sizeof d->cap_reason, "the device's max_allocation is %s",
-           bench_size_approx(d->info.max_allocation, a));
-  if (d->info.total_memory / 2 < cap) {
-    cap = d->info.total_memory / 2;
-    snprintf(d->cap_reason, sizeof d->cap_reason, "two buffers of that size exceed the device's %s of memory",
-             bench_size_approx(d->info.total_memory, a));
+/* The device's raw baseline for a while of measuring; NULL where there is none. */
+static raw_baseline *raw_open(bench_device *d) {
+  if (!d->raw) return NULL;
+  char why[256] = "";
+  raw_baseline *rb = d->raw->open(d->dev, why);
+  if (!rb) {
+    snprintf(d->raw_note, sizeof d->raw_note, "the raw baseline could not start: %s", why[0] ? why : "no reason given");
+    bench_note("device %zu (%s): %s; ferry's figures are shown without it", d->info.index, d->info.backend,
+               d->raw_note);
+    d->raw = NULL;
+    d->alt = false;
   }
-  uint64_t avail = host_available();
-  if (avail && avail / 6 < cap) {
-    cap = avail / 6;
-    snprintf(d->cap_reason, sizeof d->cap_reason,
-             "the host has %s available and the benchmark keeps up to six blocks of the size at once",
-             bench_size_approx(avail, b));
-  }
-  d->size_cap = cap > SIZE_MAX ? SIZE_MAX : (size_t)cap;
+  return rb;
 }
 
 /* A few transfers before anything is timed: clocks up, caches and driver paths warm. */
@@ -634,121 +918,219 @@ static void warm_up(bench_run *run, bench_device *d, raw_baseline *rb) {
   free(h);
 }
 
-static void skip_size(bench_run *run, bench_device *d, size_t si) {
-  for (int p = 0; p < PATH_COUNT; p++) {
-    row_skip(bench_row_at(run, d, (bench_path)p, si), NULL);
-    bench_progress_step(d, "skipped", run->opt.sizes[si]);
-  }
+static void device_step(const bench_device *d, const char *what, size_t bytes) {
+  char where[64];
+  snprintf(where, sizeof where, "device %zu (%.16s)", d->info.index, d->info.backend);
+  bench_progress_step(where, what, bytes);
 }
 
 static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t si) {
   size_t bytes = run->opt.sizes[si];
+  const bool *want = run->opt.paths;
   ctx c;
   memset(&c, 0, sizeof c);
   c.d = d;
   c.raw = d->raw;
   c.rb = rb;
   c.bytes = bytes;
-  bench_row *rows[PATH_COUNT];
-  for (int p = 0; p < PATH_COUNT; p++)
-    rows[p] = bench_row_at(run, d, (bench_path)p, si);
-
-  /* Paths the device does not have. */
-  if (!d->info.zero_copy) row_skip(rows[PATH_ZERO_COPY], "the device's memory is not host memory");
-  if (!d->info.host_ptr) row_skip(rows[PATH_HOST_PTR], "the device has no host-pointer buffers");
-  if (d->info.host_ptr && d->info.host_ptr_alignment > 1 && bytes % d->info.host_ptr_alignment != 0) {
-    char text[128];
-    snprintf(text, sizeof text, "%zu bytes is not a multiple of the device's host_ptr_alignment (%zu)", bytes,
-             d->info.host_ptr_alignment);
-    row_skip(rows[PATH_HOST_PTR], text);
+  bench_row *rows[PATH_DEVICE_COUNT];
+  bool go[PATH_DEVICE_COUNT];
+  for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
+    rows[p] = bench_device_row(run, d, (bench_path)p, si);
+    char why[160];
+    go[p] = want[p] && bench_path_applies(d, (bench_path)p, bytes, why, sizeof why);
+    if (want[p] && !go[p]) row_skip(rows[p], why);
   }
-  bool want[PATH_COUNT];
-  for (int p = 0; p < PATH_COUNT; p++)
-    want[p] = !(p == PATH_ZERO_COPY && !d->info.zero_copy) && !(p == PATH_HOST_PTR && rows[p]->error);
 
   /* Ordinary host memory, touched, and the buffer every transfer uses. */
-  void *s = NULL, *t = NULL;
-  if (posix_memalign(&s, 4096, bytes) != 0) s = NULL;
-  if (posix_memalign(&t, 4096, bytes) != 0) t = NULL;
-  c.src = s;
-  c.dst = t;
-  char size[32], text[1200];
-  bool ready = false;
-  if (!c.src || !c.dst) {
-    snprintf(text, sizeof text, "no host memory for two blocks of %s", bench_size_text(bytes, size));
-  } else {
-    memset(c.src, 0x44, bytes);
-    memset(c.dst, 0x55, bytes);
-    ferry_status st = ferry_alloc(d->dev, bytes, FERRY_UINT8, &c.a);
-    if (st != FERRY_OK)
-      snprintf(text, sizeof text, "%s (%s)", ferry_last_error(), ferry_status_name(st));
-    else
-      ready = true;
-  }
-  if (!ready) {
-    for (int p = 0; p < PATH_ALLOC; p++) {
-      if (want[p]) row_fail(run, d, rows[p], text);
-      bench_progress_step(d, bench_paths[p].label, bytes);
+  bool transfers = false;
+  for (int p = 0; p < PATH_ALLOC; p++)
+    transfers = transfers || go[p];
+  if (transfers) {
+    void *s = NULL, *t = NULL;
+    if (posix_memalign(&s, 4096, bytes) != 0) s = NULL;
+    if (posix_memalign(&t, 4096, bytes) != 0) t = NULL;
+    c.src = s;
+    c.dst = t;
+    char size[32], text[1200];
+    bool ready = false;
+    if (!c.src || !c.dst) {
+      snprintf(text, sizeof text, "no host memory for two blocks of %s", bench_size_text(bytes, size));
+    } else {
+      memset(c.src, 0x44, bytes);
+      memset(c.dst, 0x55, bytes);
+      ferry_status st = ferry_alloc(d->dev, bytes, FERRY_UINT8, &c.a);
+      if (st != FERRY_OK)
+        snprintf(text, sizeof text, "%s (%s)", ferry_last_error(), ferry_status_name(st));
+      else
+        ready = true;
     }
-  } else {
-    const raw_ops *raw = d->raw;
-    bench_progress_step(d, "h2d", bytes);
-    run_path(run, &c, rows[PATH_H2D], f_h2d, raw ? r_h2d : NULL, vf_h2d, vr_h2d);
-    bench_progress_step(d, "d2h", bytes);
-    run_path(run, &c, rows[PATH_D2H], f_d2h, raw ? r_d2h : NULL, vf_d2h, vr_d2h);
-    bool pinned = pinned_open(&c) == 0;
-    if (!pinned) {
-      row_fail(run, d, rows[PATH_H2D_PINNED], c.err);
-      row_fail(run, d, rows[PATH_D2H_PINNED], c.err);
+    if (!ready) {
+      for (int p = 0; p < PATH_ALLOC; p++)
+        if (go[p]) {
+          row_fail(run, &c, rows[p], text);
+          device_step(d, bench_paths[p].label, bytes);
+        }
+    } else {
+      static const struct { op_fn f, verify; } plain[] = {[PATH_H2D] = {f_h2d, vf_h2d}, [PATH_D2H] = {f_d2h, vf_d2h}};
+      for (int p = PATH_H2D; p <= PATH_D2H; p++)
+        if (go[p]) {
+          device_step(d, bench_paths[p].label, bytes);
+          run_device_path(run, &c, rows[p], plain[p].f, plain[p].verify);
+        }
+      if (go[PATH_H2D_PINNED] || go[PATH_D2H_PINNED]) {
+        bool pinned = pinned_open(&c) == 0;
+        if (go[PATH_H2D_PINNED]) {
+          device_step(d, bench_paths[PATH_H2D_PINNED].label, bytes);
+          if (pinned)
+            run_device_path(run, &c, rows[PATH_H2D_PINNED], f_h2d_pinned, vf_h2d_pinned);
+          else
+            row_fail(run, &c, rows[PATH_H2D_PINNED], c.err);
+        }
+        if (go[PATH_D2H_PINNED]) {
+          device_step(d, bench_paths[PATH_D2H_PINNED].label, bytes);
+          if (pinned)
+            run_device_path(run, &c, rows[PATH_D2H_PINNED], f_d2h_pinned, vf_d2h_pinned);
+          else
+            row_fail(run, &c, rows[PATH_D2H_PINNED], c.err);
+        }
+        pinned_close(&c);
+      }
+      if (go[PATH_HOST_PTR]) {
+        device_step(d, bench_paths[PATH_HOST_PTR].label, bytes);
+        run_sync(run, &c, rows[PATH_HOST_PTR], false);
+      }
+      if (go[PATH_ZERO_COPY]) {
+        device_step(d, bench_paths[PATH_ZERO_COPY].label, bytes);
+        run_sync(run, &c, rows[PATH_ZERO_COPY], true);
+      }
+      if (go[PATH_D2D]) {
+        device_step(d, bench_paths[PATH_D2D].label, bytes);
+        run_d2d(run, &c, rows[PATH_D2D]);
+      }
+      ferry_free(c.a);
     }
-    bench_progress_step(d, "h2d pinned", bytes);
-    if (pinned)
-      run_path(run, &c, rows[PATH_H2D_PINNED], f_h2d_pinned, raw ? r_h2d_pinned : NULL, vf_h2d_pinned, vr_h2d_pinned);
-    bench_progress_step(d, "d2h pinned", bytes);
-    if (pinned)
-      run_path(run, &c, rows[PATH_D2H_PINNED], f_d2h_pinned, raw ? r_d2h_pinned : NULL, vf_d2h_pinned, vr_d2h_pinned);
-    pinned_close(&c);
-    bench_progress_step(d, "host-ptr", bytes);
-    if (want[PATH_HOST_PTR]) run_sync(run, &c, rows[PATH_HOST_PTR], false);
-    bench_progress_step(d, "zero-copy", bytes);
-    if (want[PATH_ZERO_COPY]) run_sync(run, &c, rows[PATH_ZERO_COPY], true);
-    bench_progress_step(d, "d2d", bytes);
-    run_d2d(run, &c, rows[PATH_D2D]);
-    ferry_free(c.a);
+    free(c.src);
+    free(c.dst);
+    c.src = c.dst = NULL;
   }
-  free(c.src);
-  free(c.dst);
-  c.src = c.dst = NULL;
-  bench_progress_step(d, "alloc+free", bytes);
-  run_path(run, &c, rows[PATH_ALLOC], f_alloc, d->raw && d->raw->alloc_free ? r_alloc : NULL, verify_alloc, NULL);
+  if (go[PATH_ALLOC]) {
+    device_step(d, bench_paths[PATH_ALLOC].label, bytes);
+    run_device_path(run, &c, rows[PATH_ALLOC], f_alloc, verify_alloc);
+  }
 }
 
 void bench_measure_device(bench_run *run, bench_device *d) {
   double t0 = bench_now();
-  size_cap(d);
-  raw_baseline *rb = NULL;
-  d->raw = raw_ops_for(d->info.backend);
-  if (!d->raw) {
-    snprintf(d->raw_note, sizeof d->raw_note, "no raw baseline for the %s backend yet", d->info.backend);
-  } else {
-    char why[256] = "";
-    rb = d->raw->open(d->dev, why);
-    if (!rb) {
-      snprintf(d->raw_note, sizeof d->raw_note, "the raw baseline could not start: %s",
-               why[0] ? why : "no reason given");
-      bench_note("device %zu (%s): %s; ferry's figures are shown without it", d->info.index, d->info.backend,
-                 d->raw_note);
-      d->raw = NULL;
-    }
-  }
+  raw_baseline *rb = raw_open(d);
   warm_up(run, d, rb);
   for (size_t si = 0; si < run->opt.size_count; si++) {
-    if (run->opt.sizes[si] > d->size_cap)
-      skip_size(run, d, si);
-    else
-      run_size(run, d, rb, si);
+    if (run->opt.sizes[si] > d->size_cap) {
+      for (int p = 0; p < PATH_DEVICE_COUNT; p++)
+        row_skip(bench_device_row(run, d, (bench_path)p, si), NULL);
+      continue;
+    }
+    run_size(run, d, rb, si);
   }
   if (rb) d->raw->close(rb);
   ferry_device_trim(d->dev);
   d->seconds = bench_now() - t0;
+}
+
+/* ---- a copy between two devices ---------------------------------------------------- */
+
+/* The calls of a raw copy between devices, in words. */
+static void cross_calls(const ctx *c, bool second, char *buf, size_t size) {
+  const char *d2h = second && c->d->alt ? c->raw->d2h_alt_name : c->raw->d2h_name;
+  const char *h2d = second && c->to->alt ? c->raw_to->h2d_alt_name : c->raw_to->h2d_name;
+  if (c->to->info.zero_copy)
+    snprintf(buf, size, "%.120s, straight into device %zu's memory", d2h, c->to->info.index);
+  else if (c->d->info.zero_copy)
+    snprintf(buf, size, "%.120s, straight from device %zu's memory", h2d, c->d->info.index);
+  else
+    snprintf(buf, size, "%.85s into host memory, then %.85s", d2h, h2d);
+}
+
+void bench_measure_pair(bench_run *run, bench_pair *p) {
+  double t0 = bench_now();
+  bench_device *from = &run->devices[p->from], *to = &run->devices[p->to];
+  raw_baseline *rb_from = raw_open(from), *rb_to = raw_open(to);
+  ctx c;
+  memset(&c, 0, sizeof c);
+  c.d = from;
+  c.to = to;
+  c.raw = from->raw;
+  c.raw_to = to->raw;
+  c.rb = rb_from;
+  c.rb_to = rb_to;
+  way ways[2];
+  int nways = 0;
+  if (p->path == PATH_PEER && rb_from && rb_to && c.raw->peer) {
+    ways[nways++] = (way){r_peer, vr_peer, 0};
+    snprintf(p->raw_call, sizeof p->raw_call, "%s", c.raw->peer_name ? c.raw->peer_name : "the driver's peer copy");
+  } else if (p->path == PATH_CROSS && rb_from && rb_to) {
+    ways[nways++] = (way){r_cross, vr_cross, 0};
+    cross_calls(&c, false, p->raw_call, sizeof p->raw_call);
+    /* A second way where a device whose call is made has one. */
+    bool second = to->info.zero_copy ? from->alt : from->info.zero_copy ? to->alt : from->alt || to->alt;
+    if (second) {
+      ways[nways++] = (way){a_cross, va_cross, 1};
+      p->has_alt = true;
+      cross_calls(&c, true, p->raw_call_alt, sizeof p->raw_call_alt);
+    }
+  } else {
+    snprintf(p->raw_note, sizeof p->raw_note, "%s", !rb_from ? from->raw_note : to->raw_note);
+  }
+  p->has_raw = nways > 0;
+  char where[64];
+  snprintf(where, sizeof where, "%s %zu>%zu", bench_paths[p->path].label, from->info.index, to->info.index);
+  for (size_t si = 0; si < run->opt.size_count; si++) {
+    bench_row *row = bench_pair_row(run, p, si);
+    size_t bytes = run->opt.sizes[si];
+    if (bytes > p->size_cap) {
+      row_skip(row, NULL);
+      continue;
+    }
+    bench_progress_step(where, bench_paths[p->path].label, bytes);
+    c.bytes = bytes;
+    char size[32], text[1200];
+    void *s = NULL, *t = NULL, *h = NULL;
+    if (posix_memalign(&s, 4096, bytes) != 0) s = NULL;
+    if (posix_memalign(&t, 4096, bytes) != 0) t = NULL;
+    bool staged = p->path == PATH_CROSS && nways > 0 && !from->info.zero_copy && !to->info.zero_copy;
+    if (staged && posix_memalign(&h, 4096, bytes) != 0) h = NULL;
+    c.src = s;
+    c.dst = t;
+    c.host = h;
+    if (!s || !t || (staged && !h)) {
+      snprintf(text, sizeof text, "no host memory for the blocks of %s", bench_size_text(bytes, size));
+      row_fail(run, &c, row, text);
+    } else {
+      memset(c.src, 0x44, bytes);
+      memset(c.dst, 0x55, bytes);
+      if (c.host) memset(c.host, 0x66, bytes);
+      ferry_status st = ferry_alloc(from->dev, bytes, FERRY_UINT8, &c.a);
+      if (st == FERRY_OK) {
+        st = ferry_alloc(to->dev, bytes, FERRY_UINT8, &c.b);
+        if (st != FERRY_OK) ferry_free(c.a);
+      }
+      if (st != FERRY_OK) {
+        snprintf(text, sizeof text, "%s (%s)", ferry_last_error(), ferry_status_name(st));
+        row_fail(run, &c, row, text);
+      } else {
+        way use[2] = {ways[0], ways[1]}; /* run_path drops a way that fails; the next size tries it again */
+        run_path(run, &c, row, f_d2d, vf_d2d, use, nways);
+        ferry_free(c.a);
+        ferry_free(c.b);
+      }
+    }
+    free(s);
+    free(t);
+    free(h);
+  }
+  if (rb_from) from->raw->close(rb_from);
+  if (rb_to) to->raw->close(rb_to);
+  ferry_device_trim(from->dev);
+  ferry_device_trim(to->dev);
+  p->seconds = bench_now() - t0;
 }

@@ -11,8 +11,8 @@
 #define FACTOR_MAX 1024
 
 void bench_usage(FILE *f) {
-  fprintf(f, "usage: ferry bench [--device N|all] [--sizes 4K:1G] [--repeat N] [--quick]\n"
-             "                   [--json FILE] [--csv FILE] [--plot FILE.svg]\n"
+  fprintf(f, "usage: ferry bench [--device N|all] [--backend NAME] [--paths LIST] [--sizes 4K:1G] [--repeat N]\n"
+             "                   [--quick] [--json FILE] [--csv FILE] [--plot FILE.svg] [-q] [--no-legend]\n"
              "       ferry bench --help   (every option, and what each row measures)\n");
 }
 
@@ -20,61 +20,76 @@ void bench_help(FILE *f) {
   fprintf(f,
           "usage: ferry bench [options]\n"
           "\n"
-          "Measures ferry's transfers and allocations on each device, and beside each figure\n"
-          "the raw driver call it stands on (memcpy, cuMemcpy*, clEnqueue*Buffer, vkCmdCopyBuffer),\n"
-          "on the same buffers in the same run, with the ratio ferry / raw (above 1: ferry is faster).\n"
+          "Measures ferry's transfers and allocations on each device, and beside each figure the raw\n"
+          "driver call a program written against the device would make (memcpy, cuMemcpy*,\n"
+          "clEnqueue*Buffer or map + memcpy, vkCmdCopyBuffer or memcpy into mapped memory; where a\n"
+          "device has two such ways, both are measured and the faster is shown), on the same buffers\n"
+          "in the same run, with the ratio ferry / raw (above 1: ferry is faster).\n"
           "\n"
-          "options:\n"
-          "  --device N|all    the devices to measure: an index from 'ferry info', a comma list\n"
-          "                    (--device 0,2), or all of them (the default)\n"
+          "what to measure:\n"
+          "  --device N|all    the devices: an index from 'ferry info', a comma list (--device 0,2), or\n"
+          "                    all of them. Default: every device but the checked backend's (a debugging\n"
+          "                    device, measured only when --device or --backend names it)\n"
+          "  --backend NAME    the devices of these backends (--backend cuda,opencl); with --device, the\n"
+          "                    devices either names\n"
+          "  --paths LIST      the rows to measure, a comma list of: h2d d2h h2d-pinned d2h-pinned host-ptr\n"
+          "                    zero-copy d2d alloc peer cross (also: pinned, sync, pairs). Default: all\n"
           "  --sizes SPEC      transfer sizes in bytes, with an optional K, M or G suffix (binary:\n"
           "                    1K = 1024). A:B means A, 4A, 16A, ... up to B (B itself only when it\n"
-          "                    is A times a power of 4); A:B:F steps by the factor F instead (2..1024);\n"
+          "                    is A times a power of 4); A:B:F steps by the factor F instead (2..%d);\n"
           "                    A,B,C is a list. Sizes above a device's max_allocation, or too large\n"
           "                    for the host memory available, are skipped on it with a note.\n"
           "                    Default 4K:1G (4K 16K 64K 256K 1M 4M 16M 64M 256M 1G); --quick: 4K:16M.\n"
           "  --repeat N        samples behind every figure (1..%d). Default: automatic, as many as\n"
           "                    fit a time budget per figure, 5 to 21 (3 to 9 with --quick; at least 3\n"
           "                    from 256 MiB on).\n"
-          "  --quick           a short run, under 4 s a device: sizes 4K:16M, fewer samples, shorter\n"
-          "                    budgets. This is what 'make run' runs.\n"
-          "  --json FILE       write every figure as JSON ('-' for stdout; the table then goes to stderr)\n"
-          "  --csv FILE        write every figure as CSV, one line per device, path and size ('-': stdout)\n"
-          "  --plot FILE.svg   write an SVG chart of bandwidth against size: one panel per device, one\n"
-          "                    line per path (solid: ferry, dashed: the raw call), log-scale axes\n"
-          "  -h, --help        this text\n"
-          "\n"
-          "rows (each device, each size):\n"
-          "  h2d, d2h           ferry_host_to_device / ferry_device_to_host with ordinary (malloc) memory\n"
-          "  h2d pinned, d2h pinned\n"
-          "                     the same with memory from ferry_host_alloc (raw: the driver's pinned\n"
-          "                     memory where it has an allocator, else the same block)\n"
-          "  host-ptr sync      on a ferry_alloc_host_ptr buffer: ferry_host_to_device + ferry_device_to_host\n"
-          "                     on its own array (synchronisation only, no copy by ferry), against the raw\n"
-          "                     h2d + d2h of the same bytes on an ordinary buffer; GB/s counts both ways\n"
-          "  zero-copy sync     the same on a ferry_alloc_zero_copy buffer (host devices only)\n"
-          "  d2d                ferry_device_to_device between two buffers of the device\n"
-          "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
-          "\n"
-          "how it measures:\n"
-          "  Host memory is touched before timing. Each figure is warmed up, then ferry and the raw\n"
-          "  call alternate, sample after sample, so that drift hits both; a sample times enough\n"
-          "  back-to-back calls to last 0.2-0.5 ms (small sizes), and every figure is the median of\n"
-          "  its samples. The spread (+-) is half the interquartile range, relative to the median; the\n"
-          "  JSON and CSV give min, p25, median, p75 and max. The bytes of one ferry transfer and one\n"
-          "  raw transfer are checked per device, path and size. Bandwidth is in GB/s (10^9 bytes/s),\n"
-          "  latency in microseconds.\n"
+          "  --quick           a short run: sizes 4K:16M, fewer samples, shorter budgets. What\n"
+          "                    'make run' runs.\n"
           "\n"
           "output:\n"
-          "  A table per device on stdout, a legend under the tables, a progress bar on stderr when it\n"
-          "  is a terminal. A failure (an allocation refused, a transfer error, wrong bytes) prints a\n"
-          "  sentence and the run goes on.\n"
-          "\n"
-          "exit status: 0 all figures measured, 1 something failed, 2 bad arguments.\n"
-          "\n"
-          "environment: FERRY_BACKENDS=opencl,native keeps only these backends (see 'ferry help').\n"
-          "docs/BENCH.md explains every row and column.\n",
-          REPEAT_MAX);
+          "  --json FILE       every figure as JSON ('-': stdout, and the tables go to stderr);\n"
+          "                    docs/JSON.md describes every field\n"
+          "  --csv FILE        every figure as CSV, one line per device (or pair), path and size ('-': stdout)\n"
+          "  --plot FILE.svg   an SVG chart: per device, bandwidth, time per operation and ferry/raw\n"
+          "                    against size\n"
+          "  -q, --quiet       nothing on stdout (failures are still said on stderr)\n"
+          "  --no-legend       the tables without the legend under them\n"
+          "  -h, --help        this text\n"
+          "Output files are checked before anything is measured; options take their value as the\n"
+          "next argument or after '=' (--sizes=4K:1M).\n",
+          FACTOR_MAX, REPEAT_MAX);
+  fprintf(f, "\n"
+             "rows (each device, each size):\n"
+             "  h2d, d2h           ferry_host_to_device / ferry_device_to_host with ordinary (malloc) memory\n"
+             "  h2d pinned, d2h pinned\n"
+             "                     the same with memory from ferry_host_alloc (raw: the driver's pinned\n"
+             "                     memory where it has an allocator, else the same block)\n"
+             "  host-ptr sync      on a ferry_alloc_host_ptr buffer: ferry_host_to_device + ferry_device_to_host\n"
+             "                     on its own array (synchronisation only, no copy by ferry), in microseconds,\n"
+             "                     against the raw h2d + d2h of the same bytes on an ordinary buffer\n"
+             "  zero-copy sync     the same on a ferry_alloc_zero_copy buffer (host devices only)\n"
+             "  d2d                ferry_device_to_device between two buffers of the device\n"
+             "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
+             "rows between two devices (every ordered pair measured; see docs/BENCH.md for which pairs):\n"
+             "  peer A>B           ferry_device_to_device between two devices of one backend, against the\n"
+             "                     driver's peer copy (cuMemcpyPeer)\n"
+             "  cross A>B          ferry_device_to_device between devices, against the raw d2h of A into host\n"
+             "                     memory + the raw h2d of B from it\n"
+             "\n"
+             "how it measures:\n"
+             "  Host memory is touched before timing. Each figure is warmed up, then ferry and the raw\n"
+             "  calls alternate, sample after sample, so that drift hits both; a sample times enough\n"
+             "  back-to-back calls to last 0.2-0.5 ms (small sizes), and every figure is the median of\n"
+             "  its samples. The spread (+-) is half the interquartile range, relative to the median; the\n"
+             "  JSON and CSV give min, p25, median, p75 and max. The bytes of one ferry transfer and one\n"
+             "  raw transfer per way are checked per device, path and size. Bandwidth is in GB/s (10^9\n"
+             "  bytes/s; MB/s and KB/s below 1 GB/s); latency in microseconds, also for sizes below 64 KiB.\n"
+             "\n"
+             "exit status: 0 every figure measured; 1 something failed, or there was nothing to measure\n"
+             "(each said in a sentence); 2 bad arguments, or an output file that cannot be written.\n"
+             "\n"
+             "environment: FERRY_BACKENDS=opencl,native keeps only these backends; every variable ferry\n"
+             "reads is in 'ferry help env'. docs/BENCH.md explains every row and column.\n");
 }
 
 static int fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -93,6 +108,10 @@ const char *bench_size_text(size_t bytes, char buf[32]) {
   while (u < 6 && whole >= 1024 && whole % 1024 == 0) {
     whole /= 1024;
     u++;
+  }
+  if (bytes == 1) {
+    snprintf(buf, 32, "1 byte");
+    return buf;
   }
   if (u > 0 || bytes < 1024) {
     snprintf(buf, 32, "%zu %s", whole, units[u]);
@@ -135,6 +154,11 @@ const char *bench_size_short(size_t bytes, char buf[32]) {
     snprintf(buf, 32, "%zu", whole);
   else
     snprintf(buf, 32, "%zu%c", whole, suffix[u]);
+  return buf;
+}
+
+const char *bench_plural(long n, const char *one, const char *many, char buf[64]) {
+  snprintf(buf, 64, "%ld %s", n, n == 1 ? one : many);
   return buf;
 }
 
@@ -189,7 +213,8 @@ static size_parse parse_size(const char *s, size_t len, size_t *out) {
 static int size_error(const char *spec, const char *item, size_t len, size_parse why, char *err, size_t err_size) {
   int shown = (int)(len < 40 ? len : 40);
   if (why == SIZE_ZERO)
-    return fail(err, err_size, "--sizes %s: a size of 0 bytes measures nothing; sizes start at 1 byte", spec);
+    return fail(err, err_size, "--sizes %s: '%.*s' is 0 bytes, which measures nothing; sizes start at 1 byte", spec,
+                shown, item);
   if (why == SIZE_TOO_LARGE)
     return fail(err, err_size, "--sizes %s: '%.*s' is too large to be a size on this machine", spec, shown, item);
   return fail(err, err_size,
@@ -223,15 +248,16 @@ static int parse_sizes(const char *spec, bench_options *opt, char *err, size_t e
       long f = strtol(colon2 + 1, &end, 10);
       if (errno || end == colon2 + 1 || *end != '\0' || f < 2 || f > FACTOR_MAX)
         return fail(err, err_size,
-                    "--sizes %s: the step factor after the second ':' must be a whole number from 2 to %d", spec,
-                    FACTOR_MAX);
+                    "--sizes %s: the step factor '%.40s' after the second ':' must be a whole number from 2 to %d",
+                    spec, colon2 + 1, FACTOR_MAX);
       factor = (size_t)f;
     }
     if (a > b) {
       char ta[32], tb[32];
       return fail(err, err_size,
-                  "--sizes %s: the first size (%s) is larger than the last (%s); write the smaller first", spec,
-                  bench_size_text(a, ta), bench_size_text(b, tb));
+                  "--sizes %s: the first size '%.*s' (%s) is larger than the last '%.*s' (%s); write the smaller first",
+                  spec, (int)(colon - spec < 40 ? colon - spec : 40), spec, bench_size_text(a, ta),
+                  (int)(blen < 40 ? blen : 40), colon + 1, bench_size_text(b, tb));
     }
     for (size_t s = a; s <= b; s *= factor) {
       if (n == BENCH_MAX_SIZES)
@@ -270,11 +296,11 @@ static int parse_sizes(const char *spec, bench_options *opt, char *err, size_t e
 
 static int parse_devices(const char *spec, bench_options *opt, char *err, size_t err_size) {
   if (strcmp(spec, "all") == 0) {
-    opt->all_devices = true;
+    opt->device_all = true;
     opt->device_count = 0;
     return 0;
   }
-  opt->all_devices = false;
+  opt->device_all = false;
   opt->device_count = 0;
   const char *p = spec;
   for (;;) {
@@ -316,10 +342,82 @@ static int parse_repeat(const char *s, bench_options *opt, char *err, size_t err
   return 0;
 }
 
+/* --paths: ids, labels, and the groups "pinned", "sync", "pairs". */
+static int parse_paths(const char *spec, bench_options *opt, char *err, size_t err_size) {
+  memset(opt->paths, 0, sizeof opt->paths);
+  opt->paths_given = true;
+  const char *p = spec;
+  if (*spec == '\0') return fail(err, err_size, "--paths needs a value, for example --paths h2d,d2h");
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == 0)
+      return fail(err, err_size, "--paths %s: an empty item in the list (two commas, or one at an end)", spec);
+    bool known = false;
+    for (int k = 0; k < PATH_COUNT; k++) {
+      const char *id = bench_paths[k].id, *label = bench_paths[k].label;
+      if ((strlen(id) == len && strncmp(p, id, len) == 0) || (strlen(label) == len && strncmp(p, label, len) == 0)) {
+        opt->paths[k] = known = true;
+      }
+    }
+    static const struct {
+      const char *name;
+      bench_path a, b;
+    } groups[] = {{"pinned", PATH_H2D_PINNED, PATH_D2H_PINNED},
+                  {"sync", PATH_HOST_PTR, PATH_ZERO_COPY},
+                  {"pairs", PATH_PEER, PATH_CROSS},
+                  {"alloc+free", PATH_ALLOC, PATH_ALLOC}};
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
+      if (strlen(groups[g].name) == len && strncmp(p, groups[g].name, len) == 0)
+        opt->paths[groups[g].a] = opt->paths[groups[g].b] = known = true;
+    if (!known) {
+      char list[256] = "";
+      for (int k = 0; k < PATH_COUNT; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", bench_paths[k].id);
+      return fail(err, err_size,
+                  "--paths %s: '%.*s' is not a path; the paths are %s (and the groups pinned, sync, "
+                  "pairs)",
+                  spec, (int)(len < 40 ? len : 40), p, list);
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
+static int parse_backends(const char *spec, bench_options *opt, char *err, size_t err_size) {
+  const char *p = spec;
+  if (*spec == '\0') return fail(err, err_size, "--backend needs a value, for example --backend cuda");
+  for (;;) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (len == 0)
+      return fail(err, err_size, "--backend %s: an empty item in the list (two commas, or one at an end)", spec);
+    if (len >= sizeof opt->backends[0])
+      return fail(err, err_size, "--backend %s: '%.40s' is not a backend ('ferry info' lists them)", spec, p);
+    bool seen = false;
+    for (size_t i = 0; i < opt->backend_count; i++)
+      seen = seen || (strlen(opt->backends[i]) == len && strncmp(opt->backends[i], p, len) == 0);
+    if (!seen) {
+      if (opt->backend_count == BENCH_MAX_BACKENDS)
+        return fail(err, err_size, "--backend %s: more than %d backends", spec, BENCH_MAX_BACKENDS);
+      memcpy(opt->backends[opt->backend_count], p, len);
+      opt->backends[opt->backend_count++][len] = '\0';
+    }
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return 0;
+}
+
 int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err_size) {
   memset(opt, 0, sizeof *opt);
-  opt->all_devices = true;
+  for (int k = 0; k < PATH_COUNT; k++)
+    opt->paths[k] = true;
   const char *sizes_spec = NULL;
+  enum { O_DEVICE, O_BACKEND, O_PATHS, O_SIZES, O_REPEAT, O_JSON, O_CSV, O_PLOT, O_VALUED };
+  static const char *const valued[O_VALUED] = {"--device", "--backend", "--paths", "--sizes",
+                                               "--repeat", "--json",    "--csv",   "--plot"};
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -330,10 +428,17 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
       opt->quick = true;
       continue;
     }
-    static const char *const valued[] = {"--device", "--sizes", "--repeat", "--json", "--csv", "--plot"};
+    if (strcmp(arg, "-q") == 0 || strcmp(arg, "--quiet") == 0) {
+      opt->quiet = true;
+      continue;
+    }
+    if (strcmp(arg, "--no-legend") == 0) {
+      opt->no_legend = true;
+      continue;
+    }
     const char *value = NULL;
     int which = -1;
-    for (int k = 0; k < 6 && which < 0; k++) {
+    for (int k = 0; k < O_VALUED && which < 0; k++) {
       size_t len = strlen(valued[k]);
       if (strncmp(arg, valued[k], len) != 0) continue;
       if (arg[len] == '=') {
@@ -352,14 +457,16 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
     }
     int rc = 0;
     switch (which) {
-    case 0: rc = parse_devices(value, opt, err, err_size); break;
-    case 1: sizes_spec = value; break;
-    case 2: rc = parse_repeat(value, opt, err, err_size); break;
+    case O_DEVICE: rc = parse_devices(value, opt, err, err_size); break;
+    case O_BACKEND: rc = parse_backends(value, opt, err, err_size); break;
+    case O_PATHS: rc = parse_paths(value, opt, err, err_size); break;
+    case O_SIZES: sizes_spec = value; break;
+    case O_REPEAT: rc = parse_repeat(value, opt, err, err_size); break;
     default:
       if (*value == '\0') return fail(err, err_size, "%s needs a file name", valued[which]);
-      if (which == 3) opt->json_path = value;
-      if (which == 4) opt->csv_path = value;
-      if (which == 5) {
+      if (which == O_JSON) opt->json_path = value;
+      if (which == O_CSV) opt->csv_path = value;
+      if (which == O_PLOT) {
         if (strcmp(value, "-") == 0)
           return fail(err, err_size, "--plot needs a file name (the SVG does not go to stdout)");
         opt->plot_path = value;
@@ -386,17 +493,37 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
   return 0;
 }
 
-int bench_check_devices(const bench_options *opt, size_t device_count, char *err, size_t err_size) {
+int bench_check_selection(const bench_options *opt, char *err, size_t err_size) {
+  size_t device_count = ferry_device_count();
   for (size_t i = 0; i < opt->device_count; i++) {
     if (opt->devices[i] >= device_count) {
       if (device_count == 0)
         return fail(err, err_size, "--device %zu: this machine has no devices ('ferry info' says why)",
                     opt->devices[i]);
+      char count[64];
       return fail(err, err_size,
-                  "--device %zu: there is no device %zu; this machine has %zu device%s (0..%zu), 'ferry info' lists "
-                  "them",
-                  opt->devices[i], opt->devices[i], device_count, device_count == 1 ? "" : "s", device_count - 1);
+                  "--device %zu: there is no device %zu; this machine has %s (0..%zu), 'ferry info' "
+                  "lists them",
+                  opt->devices[i], opt->devices[i], bench_plural((long)device_count, "device", "devices", count),
+                  device_count - 1);
     }
+  }
+  for (size_t i = 0; i < opt->backend_count; i++) {
+    char known[256] = "";
+    bool found = false;
+    for (size_t b = 0; b < ferry_backend_count(); b++) {
+      ferry_backend_info info;
+      if (ferry_backend_get(b, &info) != FERRY_OK) continue;
+      snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", b ? ", " : "", info.name);
+      if (strcmp(info.name, opt->backends[i]) != 0) continue;
+      found = true;
+      if (info.device_count == 0)
+        return fail(err, err_size, "--backend %s: the %s backend has no devices on this machine: %s", opt->backends[i],
+                    info.name, info.status);
+    }
+    if (!found)
+      return fail(err, err_size, "--backend %s: there is no backend '%s'; this build has %s", opt->backends[i],
+                  opt->backends[i], known);
   }
   return 0;
 }

@@ -1,16 +1,19 @@
-/* `ferry bench`: the table and legend (stdout), the progress bar and notes (stderr). */
+/* `ferry bench`: the header, tables and legend (stdout, at most 100 columns), the
+ * progress bar and notes (stderr). */
 #include "bench.h"
 
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
 
+#define WIDTH 100 /* the widest line, so that a table fits a terminal and a diff */
+
 /* ---- numbers ------------------------------------------------------------------ */
 
-/* Three significant digits or so, never wider than 8 characters. */
+/* Three significant digits or so, never wider than 6 characters. */
 static const char *number(double v, char buf[32]) {
-  if (v >= 1e6)
-    snprintf(buf, 32, "%.2e", v);
+  if (v >= 99999.5)
+    snprintf(buf, 32, "%.0e", v);
   else if (v >= 100)
     snprintf(buf, 32, "%.0f", v);
   else if (v >= 10)
@@ -22,10 +25,32 @@ static const char *number(double v, char buf[32]) {
   return buf;
 }
 
-static const char *figure_text(const bench_row *row, double seconds, char buf[48]) {
+const char *bench_bandwidth_text(double gbs, char buf[32]) {
   char n[32];
-  snprintf(buf, 48, "%s %s", number(bench_figure(row, seconds), n), bench_paths[row->path].latency ? "us" : "GB/s");
+  if (gbs >= 0.9995)
+    snprintf(buf, 32, "%s GB/s", number(gbs, n));
+  else if (gbs >= 0.0009995)
+    snprintf(buf, 32, "%s MB/s", number(gbs * 1e3, n));
+  else
+    snprintf(buf, 32, "%s KB/s", number(gbs * 1e6, n));
   return buf;
+}
+
+/* A time in the unit that fits: "0.064 us", "46.2 us", "25.3 ms", "1.20 s". */
+static const char *time_text(double us, char buf[32]) {
+  char n[32];
+  if (us >= 999999.5)
+    snprintf(buf, 32, "%s s", number(us / 1e6, n));
+  else if (us >= 9999.5)
+    snprintf(buf, 32, "%s ms", number(us / 1e3, n));
+  else
+    snprintf(buf, 32, "%s us", number(us, n));
+  return buf;
+}
+
+static const char *figure_text(const bench_row *row, double seconds, char buf[32]) {
+  if (bench_paths[row->path].latency) return time_text(seconds * 1e6, buf);
+  return bench_bandwidth_text(bench_figure(row, seconds), buf);
 }
 
 /* Half the interquartile range, relative to the median. */
@@ -38,13 +63,152 @@ static const char *spread_text(const bench_stats *s, char buf[32]) {
   return buf;
 }
 
-/* ---- the table ------------------------------------------------------------------ */
+static const char *ratio_text(double r, char buf[32]) {
+  if (r >= 1000 || r < 0.01)
+    snprintf(buf, 32, "%.1ex", r);
+  else
+    snprintf(buf, 32, "%.2fx", r);
+  return buf;
+}
+
+/* "  label  text..." with the text wrapped at WIDTH columns under itself. */
+static void wrapped(FILE *f, int indent, const char *label, int label_width, const char *text) {
+  int start = indent + label_width + (label_width ? 1 : 0);
+  int col = fprintf(f, "%*s%-*s%s", indent, "", label_width, label, label_width ? " " : "");
+  if (col < start) col = start;
+  if (col > start) { /* a label wider than its column: the text starts on the next line */
+    fprintf(f, "\n%*s", start, "");
+    col = start;
+  }
+  const char *p = text;
+  while (*p) {
+    const char *end = strchr(p, ' ');
+    int len = end ? (int)(end - p) : (int)strlen(p);
+    if (col > start && col + 1 + len > WIDTH) {
+      fprintf(f, "\n%*s", start, "");
+      col = start;
+    } else if (col > start) {
+      fputc(' ', f);
+      col++;
+    }
+    fprintf(f, "%.*s", len, p);
+    col += len;
+    p += len;
+    while (*p == ' ')
+      p++;
+  }
+  fputc('\n', f);
+}
+
+/* ---- the header ------------------------------------------------------------------ */
+
+void bench_print_header(FILE *f, const bench_run *run) {
+  const bench_options *o = &run->opt;
+  char a[32], b[32], version[128], line[1024], n1[64], n2[64];
+  int used = snprintf(line, sizeof line, "%s: %s run, sizes %s", tool_version_text(version),
+                      o->quick ? "quick" : "full", bench_size_short(o->sizes[0], a));
+  if (o->size_count > 1 && used > 0 && (size_t)used < sizeof line)
+    used += snprintf(line + used, sizeof line - (size_t)used, " to %s (%zu sizes)",
+                     bench_size_short(o->sizes[o->size_count - 1], b), o->size_count);
+  if (used > 0 && (size_t)used < sizeof line) {
+    if (o->repeat)
+      snprintf(line + used, sizeof line - (size_t)used, ", %s a figure",
+               bench_plural(o->repeat, "sample", "samples", n1));
+    else
+      snprintf(line + used, sizeof line - (size_t)used, ", %s samples a figure", o->quick ? "3 to 9" : "5 to 21");
+  }
+  wrapped(f, 0, "", 0, line);
+  char mem[32];
+  snprintf(line, sizeof line, "on %s, %s (%s, %s of memory), %s", run->sys.os, run->sys.cpu,
+           bench_plural(run->sys.cpus, "processor", "processors", n2), bench_size_approx(run->sys.memory, mem),
+           run->sys.started);
+  wrapped(f, 0, "", 0, line);
+  /* The settings that differ from the defaults; 'ferry info --verbose' lists them all. */
+  size_t count = tool_setting_count(), changed = 0;
+  used = snprintf(line, sizeof line, "%s", "");
+  for (size_t i = 0; i < count; i++) {
+    tool_setting s;
+    if (!tool_setting_get(i, &s) || strcmp(s.source, "default") == 0) continue;
+    if (used >= 0 && (size_t)used < sizeof line)
+      used += snprintf(line + used, sizeof line - (size_t)used, "%s%s=%s (%s)", changed ? ", " : "", s.name, s.value,
+                       s.source);
+    changed++;
+  }
+  if (count && used >= 0 && (size_t)used < sizeof line)
+    snprintf(line + used, sizeof line - (size_t)used, "%s%s at their defaults ('ferry info --verbose' lists them)",
+             changed ? "; " : "", changed ? "the others" : "all");
+  if (count) wrapped(f, 0, "settings:", 9, line);
+  for (size_t i = 0; i < run->left_out_count; i++)
+    fprintf(f, "device %zu (checked) left out: a debugging device (--backend checked or --device %zu measures it)\n",
+            run->left_out[i], run->left_out[i]);
+  fprintf(f, "Each figure is a median; +- is half its interquartile range. ferry/raw above 1: ferry is faster.\n");
+}
+
+/* ---- a table ---------------------------------------------------------------------- */
+
+static void table_head(FILE *f) {
+  fprintf(f, "\n  %-14s %8s %10s %5s %10s %5s %9s  %-8s %8s %8s\n", "path", "size", "ferry", "+-", "raw", "+-",
+          "ferry/raw", "raw way", "ferry us", "raw us");
+}
+
+/* Latencies are shown for sizes below 64 KiB, where a transfer's time is mostly its cost per call. */
+#define LATENCY_BELOW ((size_t)64 << 10)
+
+static void table_row(FILE *f, const char *label, const bench_row *row, const char *tag, int *failure_number) {
+  char size[32], fig[32], sp[32], rfig[32], rsp[32], ratio[32], fail[32], rfail[32], lf[32], lr[32];
+  const char *ferry_col = "-", *ferry_sp = "", *raw_col = "-", *raw_sp = "", *ratio_col = "-", *way = "";
+  const char *lat_f = "", *lat_r = "";
+  bool latency = !bench_paths[row->path].latency && row->bytes < LATENCY_BELOW;
+  if (row->status == ROW_FAILED) {
+    snprintf(fail, sizeof fail, "FAILED [%d]", ++*failure_number);
+    ferry_col = fail;
+  } else {
+    ferry_col = figure_text(row, row->ferry.median, fig);
+    ferry_sp = spread_text(&row->ferry, sp);
+    if (latency) lat_f = number(row->ferry.median * 1e6, lf);
+  }
+  if (row->raw_error) {
+    snprintf(rfail, sizeof rfail, "FAILED [%d]", ++*failure_number);
+    raw_col = rfail;
+  }
+  if (row->status == ROW_OK && row->raw_count > 0) {
+    if (!row->raw_error) {
+      raw_col = figure_text(row, row->raw[0].t.median, rfig);
+      raw_sp = spread_text(&row->raw[0].t, rsp);
+    }
+    double r = bench_ratio(row);
+    if (r > 0) ratio_col = ratio_text(r, ratio);
+    way = tag;
+    if (latency) lat_r = number(row->raw[0].t.median * 1e6, lr);
+  }
+  char line[256];
+  snprintf(line, sizeof line, "  %-14s %8s %10s %5s %10s %5s %9s  %-8s %8s %8s", label,
+           bench_size_text(row->bytes, size), ferry_col, ferry_sp, raw_col, raw_sp, ratio_col, way, lat_f, lat_r);
+  size_t n = strlen(line);
+  while (n > 0 && line[n - 1] == ' ') /* no blanks at the ends of lines */
+    line[--n] = '\0';
+  fprintf(f, "%s\n", line);
+}
+
+/* Lists the failures of rows, numbered as in the table. */
+static void failures(FILE *f, const char *label, const bench_row *row, int *k) {
+  char size[32];
+  if (row->status == ROW_FAILED && row->error)
+    fprintf(f, "    [%d] %s, %s: %s\n", ++*k, label, bench_size_text(row->bytes, size), row->error);
+  if (row->raw_error)
+    fprintf(f, "    [%d] %s, %s (raw): %s\n", ++*k, label, bench_size_text(row->bytes, size), row->raw_error);
+}
 
 static void capabilities(const bench_device *d, char *buf, size_t size) {
   char mem[32], max[32];
   size_t used =
       (size_t)snprintf(buf, size, "%s of memory, buffers up to %s", bench_size_approx(d->info.total_memory, mem),
                        bench_size_approx(d->info.max_allocation, max));
+  if (used < size && d->has_driver && d->driver.free_memory) {
+    char free_text[32];
+    used +=
+        (size_t)snprintf(buf + used, size - used, " (%s free)", bench_size_approx(d->driver.free_memory, free_text));
+  }
   if (used < size)
     used += (size_t)snprintf(buf + used, size - used, "; zero-copy: %s", d->info.zero_copy ? "yes" : "no");
   if (used < size) {
@@ -55,65 +219,65 @@ static void capabilities(const bench_device *d, char *buf, size_t size) {
   }
 }
 
-void bench_print_header(FILE *f, const bench_run *run) {
-  const bench_options *o = &run->opt;
-  char a[32], b[32];
-  fprintf(f, "ferry bench %s on %s: %zu device%s, %s run, sizes %s", ferry_version(), run->host, run->device_count,
-          run->device_count == 1 ? "" : "s", o->quick ? "quick" : "full", bench_size_short(o->sizes[0], a));
-  if (o->size_count > 1)
-    fprintf(f, " to %s (%zu sizes)", bench_size_short(o->sizes[o->size_count - 1], b), o->size_count);
-  if (o->repeat)
-    fprintf(f, ", %d samples a figure\n", o->repeat);
-  else
-    fprintf(f, ", %s samples a figure\n", o->quick ? "3 to 9" : "5 to 21");
-  fprintf(f, "Each figure is a median; +- is half its interquartile range. ferry/raw above 1: ferry is faster.\n");
+/* "enqueue: h2d clEnqueueWriteBuffer+clFinish; d2h ...": the calls of one way, per path measured. */
+static void way_calls(const bench_run *run, const bench_device *d, int way, char *buf, size_t size) {
+  size_t used = (size_t)snprintf(buf, size, "%s:", bench_raw_tag(d->raw, way));
+  static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ALLOC};
+  bool any = false;
+  for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
+    bench_path p = shown[k];
+    bool measured =
+        run->opt.paths[p] ||
+        (p == PATH_H2D &&
+         (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_HOST_PTR] || run->opt.paths[PATH_ZERO_COPY])) ||
+        (p == PATH_D2H &&
+         (run->opt.paths[PATH_D2H_PINNED] || run->opt.paths[PATH_HOST_PTR] || run->opt.paths[PATH_ZERO_COPY]));
+    char call[256];
+    if (!measured || !bench_raw_call(d, p, way, call, sizeof call) || used >= size) continue;
+    used += (size_t)snprintf(buf + used, size - used, "%s %s %s", any ? ";" : "", bench_paths[p].label, call);
+    any = true;
+  }
 }
 
 void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
-  char caps[256];
+  char caps[320], driver[700], line[1200];
   capabilities(d, caps, sizeof caps);
-  fprintf(f, "\ndevice %zu: %s, %s\n  %s\n", d->info.index, d->info.backend, d->info.name, caps);
+  fprintf(f, "\ndevice %zu: %s, %s%s\n", d->info.index, d->info.backend, d->info.name,
+          tool_is_debugging(&d->info) ? " (a debugging device: checks, not speed)" : "");
+  if (d->has_driver && tool_driver_text(&d->driver, driver, sizeof driver)[0]) wrapped(f, 2, "driver:", 7, driver);
+  wrapped(f, 2, "", 0, caps);
   if (d->raw)
-    fprintf(f, "  raw baseline: the %s backend's own calls, on the same buffers\n", d->info.backend);
+    fprintf(f, "  raw baseline: the %s driver's own calls on the same buffers%s\n", d->info.backend,
+            d->alt ? "; of its two ways, the faster" : "");
   else
     fprintf(f, "  raw baseline: none (%s); raw columns show -\n", d->raw_note);
 
-  const int wpath = 15, wsize = 8, wfig = 14, wspread = 6, wratio = 9;
-  fprintf(f, "\n  %-*s %*s %*s %*s %*s %*s %*s   %s\n", wpath, "path", wsize, "size", wfig, "ferry", wspread, "+-",
-          wfig, "raw", wspread, "+-", wratio, "ferry/raw", "raw call");
+  table_head(f);
   int failure_number = 0;
-  for (int p = 0; p < PATH_COUNT; p++) {
+  for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
+    if (!run->opt.paths[p]) continue;
     bool first = true;
     for (size_t si = 0; si < run->opt.size_count; si++) {
-      const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
+      const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
       if (row->status == ROW_SKIPPED) continue;
-      char size[32], fig[48], sp[32], rfig[48], rsp[32], ratio[32], call[128], fail[32];
-      const char *ferry_col = "-", *ferry_sp = "", *raw_col = "-", *raw_sp = "", *ratio_col = "-";
-      if (row->status == ROW_FAILED) {
-        snprintf(fail, sizeof fail, "FAILED [%d]", ++failure_number);
-        ferry_col = fail;
-      } else {
-        ferry_col = figure_text(row, row->ferry.median, fig);
-        ferry_sp = spread_text(&row->ferry, sp);
-      }
-      if (row->raw_error) {
-        snprintf(rfig, sizeof rfig, "FAILED [%d]", ++failure_number);
-        raw_col = rfig;
-      } else if (row->has_raw) {
-        raw_col = figure_text(row, row->raw.median, rfig);
-        raw_sp = spread_text(&row->raw, rsp);
-        double r = bench_ratio(row);
-        if (r > 0) {
-          snprintf(ratio, sizeof ratio, "%.2fx", r);
-          if (r >= 1000 || r < 0.01) snprintf(ratio, sizeof ratio, "%.1ex", r);
-          ratio_col = ratio;
-        }
-      }
-      fprintf(f, "  %-*s %*s %*s %*s %*s %*s %*s   %s\n", wpath, first ? bench_paths[p].label : "", wsize,
-              bench_size_text(row->bytes, size), wfig, ferry_col, wspread, ferry_sp, wfig, raw_col, wspread, raw_sp,
-              wratio, ratio_col, first ? bench_raw_call(d, (bench_path)p, call, sizeof call) : "");
+      const char *tag = bench_row_raw_tag(d, NULL, row, 0);
+      table_row(f, first ? bench_paths[p].label : "", row, tag ? tag : "", &failure_number);
       first = false;
     }
+  }
+
+  /* What the raw ways call. */
+  if (d->raw) {
+    for (int way = 0; way < (d->alt ? 2 : 1); way++) {
+      way_calls(run, d, way, line, sizeof line);
+      wrapped(f, 2, way == 0 ? "raw ways:" : "", 9, line);
+    }
+    if (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_D2H_PINNED] || run->opt.paths[PATH_HOST_PTR] ||
+        run->opt.paths[PATH_ZERO_COPY])
+      wrapped(f, 2, "", 9,
+              d->raw->host_alloc ? "pinned rows: the same calls with the driver's pinned memory; sync rows: h2d, "
+                                   "then d2h"
+                                 : "pinned rows: the same calls with the same block; sync rows: h2d, then d2h");
   }
 
   /* What was not measured, and why. */
@@ -122,13 +286,15 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     over_cap = over_cap || run->opt.sizes[si] > d->size_cap;
   if (over_cap) {
     char cap[32];
-    fprintf(f, "  sizes above %s not measured: %s\n", bench_size_approx(d->size_cap, cap), d->cap_reason);
+    snprintf(line, sizeof line, "sizes above %s not measured: %s", bench_size_approx(d->size_cap, cap), d->cap_reason);
+    wrapped(f, 2, "", 0, line);
   }
-  for (int p = 0; p < PATH_COUNT; p++) {
+  for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
+    if (!run->opt.paths[p]) continue;
     const char *reason = NULL;
     size_t count = 0, measured = 0;
     for (size_t si = 0; si < run->opt.size_count; si++) {
-      const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
+      const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
       if (run->opt.sizes[si] > d->size_cap) continue;
       measured++;
       if (row->status == ROW_SKIPPED && row->error) {
@@ -142,75 +308,100 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     }
     if (!reason) continue;
     if (count == measured) {
-      fprintf(f, "  %s: not measured, %s\n", bench_paths[p].label, reason);
+      snprintf(line, sizeof line, "%s: not measured, %s", bench_paths[p].label, reason);
+      wrapped(f, 2, "", 0, line);
     } else {
       for (size_t si = 0; si < run->opt.size_count; si++) {
-        const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
+        const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
         char size[32];
-        if (run->opt.sizes[si] <= d->size_cap && row->status == ROW_SKIPPED && row->error)
-          fprintf(f, "  %s, %s: not measured, %s\n", bench_paths[p].label, bench_size_text(row->bytes, size),
-                  row->error);
+        if (run->opt.sizes[si] <= d->size_cap && row->status == ROW_SKIPPED && row->error) {
+          snprintf(line, sizeof line, "%s, %s: not measured, %s", bench_paths[p].label,
+                   bench_size_text(row->bytes, size), row->error);
+          wrapped(f, 2, "", 0, line);
+        }
       }
     }
   }
 
-  /* The failures, numbered as in the table. */
   if (failure_number) {
     fprintf(f, "  failures:\n");
     int k = 0;
-    for (int p = 0; p < PATH_COUNT; p++) {
-      for (size_t si = 0; si < run->opt.size_count; si++) {
-        const bench_row *row = bench_row_at(run, d, (bench_path)p, si);
-        char size[32];
-        if (row->status == ROW_FAILED && row->error)
-          fprintf(f, "    [%d] %s, %s: %s\n", ++k, bench_paths[p].label, bench_size_text(row->bytes, size), row->error);
-        if (row->raw_error)
-          fprintf(f, "    [%d] %s, %s (raw): %s\n", ++k, bench_paths[p].label, bench_size_text(row->bytes, size),
-                  row->raw_error);
-      }
+    for (int p = 0; p < PATH_DEVICE_COUNT; p++)
+      for (size_t si = 0; si < run->opt.size_count && run->opt.paths[p]; si++)
+        failures(f, bench_paths[p].label, bench_device_row(run, d, (bench_path)p, si), &k);
+  }
+  fflush(f);
+}
+
+void bench_print_pairs(FILE *f, const bench_run *run) {
+  fprintf(f, "\nbetween devices: ferry_device_to_device from a buffer of device A into one of device B (A>B)\n");
+  table_head(f);
+  int failure_number = 0;
+  for (size_t i = 0; i < run->pair_count; i++) {
+    const bench_pair *p = &run->pairs[i];
+    char label[48];
+    bench_pair_label(run, p, label);
+    bool first = true;
+    for (size_t si = 0; si < run->opt.size_count; si++) {
+      const bench_row *row = bench_pair_row(run, p, si);
+      if (row->status == ROW_SKIPPED) continue;
+      const char *tag = bench_row_raw_tag(NULL, p, row, 0);
+      table_row(f, first ? label : "", row, tag ? tag : "", &failure_number);
+      first = false;
+    }
+  }
+  char line[1024];
+  for (size_t i = 0; i < run->pair_count; i++) {
+    const bench_pair *p = &run->pairs[i];
+    char label[48], cap[32];
+    bench_pair_label(run, p, label);
+    if (p->has_raw && p->has_alt)
+      snprintf(line, sizeof line, "raw first: %s; second: %s", p->raw_call, p->raw_call_alt);
+    else if (p->has_raw)
+      snprintf(line, sizeof line, "raw %s", p->raw_call);
+    else
+      snprintf(line, sizeof line, "no raw baseline (%s)", p->raw_note);
+    bool over = false;
+    for (size_t si = 0; si < run->opt.size_count; si++)
+      over = over || run->opt.sizes[si] > p->size_cap;
+    if (over) {
+      size_t used = strlen(line);
+      snprintf(line + used, sizeof line - used, "; sizes above %s not measured (%s)",
+               bench_size_approx(p->size_cap, cap), p->cap_reason);
+    }
+    strcat(label, ":");
+    wrapped(f, 2, label, 14, line);
+  }
+  if (failure_number) {
+    fprintf(f, "  failures:\n");
+    int k = 0;
+    for (size_t i = 0; i < run->pair_count; i++) {
+      char label[48];
+      bench_pair_label(run, &run->pairs[i], label);
+      for (size_t si = 0; si < run->opt.size_count; si++)
+        failures(f, label, bench_pair_row(run, &run->pairs[i], si), &k);
     }
   }
   fflush(f);
 }
 
-/* "  label           text..." with the text wrapped at 110 columns under itself. */
-static void wrapped(FILE *f, const char *label, const char *text) {
-  const int indent = 18, width = 110;
-  fprintf(f, "  %-15s ", label);
-  int col = indent;
-  const char *p = text;
-  while (*p) {
-    const char *end = strchr(p, ' ');
-    int len = end ? (int)(end - p) : (int)strlen(p);
-    if (col > indent && col + 1 + len > width) {
-      fprintf(f, "\n%*s", indent, "");
-      col = indent;
-    } else if (col > indent) {
-      fputc(' ', f);
-      col++;
-    }
-    fprintf(f, "%.*s", len, p);
-    col += len;
-    p += len;
-    while (*p == ' ')
-      p++;
-  }
-  fputc('\n', f);
-}
-
 void bench_print_legend(FILE *f, const bench_run *run) {
-  (void)run;
   fprintf(f, "\nrows:\n");
   for (int p = 0; p < PATH_COUNT; p++)
-    wrapped(f, bench_paths[p].label, bench_paths[p].meaning);
-  fprintf(f, "columns:\n"
-             "  ferry, raw      the median over the samples: GB/s (10^9 bytes/s) for transfers, microseconds for\n"
-             "                  alloc+free; raw is the call a program without ferry makes, on the same buffers\n"
-             "  +-              half the interquartile range (p75 - p25) / 2, relative to the median\n"
-             "  ferry/raw       ferry GB/s / raw GB/s (alloc+free: raw time / ferry time): above 1, ferry is faster\n"
-             "  raw call        pinned rows: the driver's pinned memory if it has an allocator, else the same block\n"
-             "Host-ptr and zero-copy rows only synchronise (no bytes move on host devices), so their GB/s is an\n"
-             "equivalent: what it would take to move the bytes there and back in that time.\n");
+    if (run->opt.paths[p] && (p < PATH_DEVICE_COUNT || run->pair_count))
+      wrapped(f, 2, bench_paths[p].label, 14, bench_paths[p].meaning);
+  fprintf(f, "columns:\n");
+  wrapped(f, 2, "ferry, raw", 14,
+          "the median over the samples: GB/s (10^9 bytes/s; MB/s and KB/s below 1 GB/s) for transfers, time per "
+          "operation for alloc+free and the sync rows; raw is what a program without ferry does, on the same "
+          "buffers");
+  wrapped(f, 2, "+-", 14, "half the interquartile range (p75 - p25) / 2, relative to the median");
+  wrapped(f, 2, "ferry/raw", 14,
+          "raw time / ferry time (for transfers: ferry GB/s / raw GB/s): above 1, ferry is faster");
+  wrapped(f, 2, "raw way", 14,
+          "which raw way the figure is: where a device has two (OpenCL's enqueue and map, Vulkan's staging and "
+          "mapped memory on CPU devices), both are measured and the faster is shown");
+  wrapped(f, 2, "us columns", 14, "ferry's and raw's microseconds per transfer, for sizes below 64 KiB");
 }
 
 /* ---- progress bar and notes ------------------------------------------------------ */
@@ -230,7 +421,7 @@ void bench_progress_start(long total_steps) {
   progress.visible = false;
 }
 
-void bench_progress_step(const bench_device *d, const char *what, size_t bytes) {
+void bench_progress_step(const char *where, const char *what, size_t bytes) {
   if (progress.done < progress.total) progress.done++;
   if (!progress.on) return;
   double now = bench_now(); /* a few hundred steps in a run: each is drawn, so the label is never stale */
@@ -241,9 +432,8 @@ void bench_progress_step(const bench_device *d, const char *what, size_t bytes) 
     bar[i] = i < filled ? '#' : '.';
   bar[width] = '\0';
   char size[32];
-  fprintf(stderr, "\r[%s] %3ld%%  device %zu (%s)  %-14s %-8s %5.1f s\033[K", bar,
-          (progress.done - 1) * 100 / progress.total, d->info.index, d->info.backend, what,
-          bench_size_text(bytes, size), now - progress.started);
+  fprintf(stderr, "\r[%s] %3ld%%  %s  %-14s %-8s %5.1f s\033[K", bar, (progress.done - 1) * 100 / progress.total, where,
+          what, bench_size_text(bytes, size), now - progress.started);
   fflush(stderr);
   progress.visible = true;
 }

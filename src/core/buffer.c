@@ -51,6 +51,30 @@ static ferry_status too_big(const char *fn, ferry_device *dev, size_t bytes) {
                      ferry__bytes_text(bytes, a), dev->label, ferry__bytes_text(dev->info.max_allocation, b));
 }
 
+/* CPU devices' memory is the host's, and their drivers (PoCL, lavapipe), like
+ * the host's own allocator, promise far more than there is: memory is only found
+ * missing when it is first touched, by a crash. So on a CPU device ferry keeps
+ * the live buffers with memory of their own within the device's total_memory. */
+static bool counts_owned(const ferry_device *dev, size_t bytes) { return dev->info.is_cpu && bytes > 0; }
+
+static ferry_status reserve_owned(const char *fn, ferry_device *dev, size_t bytes) {
+  if (!counts_owned(dev, bytes)) return FERRY_OK;
+  _Atomic uint64_t *owned = &dev->state->bytes_owned;
+  uint64_t before = atomic_fetch_add_explicit(owned, bytes, memory_order_relaxed);
+  if (before + bytes <= dev->info.total_memory && before + bytes >= before) return FERRY_OK;
+  atomic_fetch_sub_explicit(owned, bytes, memory_order_relaxed);
+  char a[64], b[64], c[64];
+  return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                     "%s: %s asked on %s, but its live buffers already hold %s of its %s (on a CPU device ferry keeps "
+                     "buffers within the device's memory: the driver would promise more than the machine has)",
+                     fn, ferry__bytes_text(bytes, a), dev->label, ferry__bytes_text(before, b),
+                     ferry__bytes_text(dev->info.total_memory, c));
+}
+
+static void unreserve_owned(ferry_device *dev, size_t bytes) {
+  if (counts_owned(dev, bytes)) atomic_fetch_sub_explicit(&dev->state->bytes_owned, bytes, memory_order_relaxed);
+}
+
 /* A buffer with memory of its own. */
 static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length, ferry_kind kind, size_t elem_size,
                                 ferry_buffer *out) {
@@ -58,16 +82,21 @@ static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length
   ferry_status st = byte_count(fn, length, elem_size, kind == FERRY_CUSTOM ? "custom" : ferry_kind_name(kind), &bytes);
   if (st != FERRY_OK) return st;
   if (bytes > dev->info.max_allocation) return too_big(fn, dev, bytes);
+  if ((st = reserve_owned(fn, dev, bytes)) != FERRY_OK) return st;
   ferry_slot *slot;
   uint32_t index;
-  st = ferry__slot_new(&slot, &index);
-  if (st != FERRY_OK) return st;
+  st = ferry__slot_new(fn, &slot, &index);
+  if (st != FERRY_OK) {
+    unreserve_owned(dev, bytes);
+    return st;
+  }
   ferry_mem mem = {0};
   size_t class_bytes = 0;
   if (bytes > 0) {
     st = ferry__mem_alloc(dev, bytes, &mem, &class_bytes);
     if (st != FERRY_OK) {
       ferry__slot_abandon(slot, index);
+      unreserve_owned(dev, bytes);
       char text[64];
       return ferry__fail(st, "%s: %zu %s elements (%s) on %s: %s", fn, length,
                          kind == FERRY_CUSTOM ? "custom" : ferry_kind_name(kind), ferry__bytes_text(bytes, text),
@@ -82,16 +111,14 @@ static ferry_status make_buffer(const char *fn, ferry_device *dev, size_t length
   slot->elem_size = elem_size;
   slot->bytes = bytes;
   slot->class_bytes = class_bytes;
-  slot->zero_copy = false;
+  slot->over_host_array = false;
   stats_buffer_born(dev, bytes);
   *out = ferry__slot_publish(slot, index);
   return FERRY_OK;
 }
 
-ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer) {
+static ferry_status alloc_in(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer) {
   static const char fn[] = "ferry_alloc";
-  ferry_status st = ferry__check_device(device, fn);
-  if (st != FERRY_OK) return st;
   if (!out_buffer) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
   if (kind == FERRY_CUSTOM)
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
@@ -102,21 +129,19 @@ ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, f
   return make_buffer(fn, device, length, kind, ferry_kind_size(kind), out_buffer);
 }
 
-ferry_status ferry_alloc_custom(ferry_device *device, size_t length, size_t elem_size, ferry_buffer *out_buffer) {
+static ferry_status alloc_custom_in(ferry_device *device, size_t length, size_t elem_size, ferry_buffer *out_buffer) {
   static const char fn[] = "ferry_alloc_custom";
-  ferry_status st = ferry__check_device(device, fn);
-  if (st != FERRY_OK) return st;
   if (!out_buffer) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
   if (elem_size == 0) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: elem_size is 0", fn);
   return make_buffer(fn, device, length, FERRY_CUSTOM, elem_size, out_buffer);
 }
 
 /* A buffer over the user's array: zero-copy (mem is the array) or host-ptr (mem from the backend). */
-static ferry_status wrap_array(ferry_device *dev, ferry_array host, size_t bytes, const ferry_mem *mem,
+static ferry_status wrap_array(const char *fn, ferry_device *dev, ferry_array host, size_t bytes, const ferry_mem *mem,
                                ferry_buffer *out) {
   ferry_slot *slot;
   uint32_t index;
-  ferry_status st = ferry__slot_new(&slot, &index);
+  ferry_status st = ferry__slot_new(fn, &slot, &index);
   if (st != FERRY_OK) return st;
   slot->kind = host.kind;
   slot->device = dev;
@@ -126,21 +151,41 @@ static ferry_status wrap_array(ferry_device *dev, ferry_array host, size_t bytes
   slot->elem_size = ferry_kind_size(host.kind);
   slot->bytes = bytes;
   slot->class_bytes = 0;
-  slot->zero_copy = true;
+  slot->over_host_array = true;
   stats_buffer_born(dev, bytes);
   *out = ferry__slot_publish(slot, index);
   return FERRY_OK;
 }
 
-static ferry_status zero_copy(ferry_device *dev, ferry_array host, size_t bytes, ferry_buffer *out) {
-  ferry_mem mem = {.handle = (uintptr_t)host.data, .host = host.data, .bytes = bytes, .flags = FERRY_MEM_ZERO_COPY};
-  return wrap_array(dev, host, bytes, &mem, out);
+ferry_status ferry__buffer_wrap_foreign(ferry_device *dev, ferry_kind kind, size_t length, const ferry_mem *mem,
+                                        void *host_array, bool over_host_array, void *foreign, ferry_buffer *out) {
+  ferry_slot *slot;
+  uint32_t index;
+  ferry_status st = ferry__slot_new("ferry_dlpack_import", &slot, &index);
+  if (st != FERRY_OK) return st;
+  slot->kind = kind;
+  slot->device = dev;
+  slot->mem = *mem;
+  slot->host_array = host_array;
+  slot->length = length;
+  slot->elem_size = ferry_kind_size(kind);
+  slot->bytes = length * slot->elem_size; /* the caller checked it fits */
+  slot->class_bytes = 0;
+  slot->over_host_array = over_host_array;
+  slot->foreign = foreign;
+  stats_buffer_born(dev, slot->bytes);
+  *out = ferry__slot_publish(slot, index);
+  return FERRY_OK;
 }
 
-ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array host, ferry_buffer *out_buffer) {
+static ferry_status zero_copy(const char *fn, ferry_device *dev, ferry_array host, size_t bytes, ferry_buffer *out) {
+  ferry_mem mem = {.handle = (uintptr_t)host.data, .host = host.data, .bytes = bytes, .flags = FERRY_MEM_ZERO_COPY};
+  return wrap_array(fn, dev, host, bytes, &mem, out);
+}
+
+static ferry_status alloc_zero_copy_in(ferry_device *device, ferry_array host, ferry_buffer *out_buffer) {
   static const char fn[] = "ferry_alloc_zero_copy";
-  ferry_status st = ferry__check_device(device, fn);
-  if (st != FERRY_OK) return st;
+  ferry_status st = FERRY_OK;
   if (!out_buffer) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
   size_t bytes = 0;
   if ((st = array_bytes(fn, host, &bytes)) != FERRY_OK) return st;
@@ -149,7 +194,7 @@ ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array host, ferry
                        "%s: %s has memory of its own, so no buffer can be the host array (zero-copy buffers exist on "
                        "native and checked); ferry_alloc_host_ptr asks for a buffer over the array instead",
                        fn, device->label);
-  return zero_copy(device, host, bytes, out_buffer);
+  return zero_copy(fn, device, host, bytes, out_buffer);
 }
 
 static ferry_status refuse(ferry_refusal reason, ferry_refusal *out_refusal) {
@@ -157,16 +202,15 @@ static ferry_status refuse(ferry_refusal reason, ferry_refusal *out_refusal) {
   return FERRY_ERROR_REFUSED;
 }
 
-ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
-                                  ferry_refusal *out_refusal) {
+ferry_status ferry__alloc_host_ptr_in(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
+                                      ferry_refusal *out_refusal) {
   static const char fn[] = "ferry_alloc_host_ptr";
-  ferry_status st = ferry__check_device(device, fn);
-  if (st != FERRY_OK) return st;
+  ferry_status st = FERRY_OK;
   if (!out_buffer) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_buffer is NULL", fn);
   size_t bytes = 0;
   if ((st = array_bytes(fn, host, &bytes)) != FERRY_OK) return st;
   if (device->info.zero_copy) {
-    st = zero_copy(device, host, bytes, out_buffer);
+    st = zero_copy(fn, device, host, bytes, out_buffer);
     if (st == FERRY_OK && out_refusal) *out_refusal = FERRY_REFUSAL_NONE;
     return st;
   }
@@ -185,7 +229,8 @@ ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_
                 device->label, align);
     return refuse(FERRY_REFUSAL_BAD_LENGTH, out_refusal);
   }
-  if (!ferry__host_ranges_claim(host.data, bytes)) {
+  if ((st = ferry__host_ranges_claim(fn, host.data, bytes)) == FERRY_ERROR_OUT_OF_MEMORY) return st;
+  if (st != FERRY_OK) {
     ferry__fail(FERRY_ERROR_REFUSED,
                 "%s: host memory %p..%p (%zu bytes) overlaps the array of another live host-ptr buffer", fn, host.data,
                 (void *)((char *)host.data + bytes), bytes);
@@ -201,7 +246,7 @@ ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_
     return refuse(why == FERRY_REFUSAL_NONE ? FERRY_REFUSAL_DRIVER : why, out_refusal);
   }
   mem.flags |= FERRY_MEM_HOST_PTR;
-  st = wrap_array(device, host, bytes, &mem, out_buffer);
+  st = wrap_array(fn, device, host, bytes, &mem, out_buffer);
   if (st != FERRY_OK) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
@@ -213,14 +258,51 @@ ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_
   return FERRY_OK;
 }
 
+/* ---- the public allocations: inside the gate ---------------------------- */
+ferry_status ferry_alloc(ferry_device *device, size_t length, ferry_kind kind, ferry_buffer *out_buffer) {
+  ferry_status st = ferry__enter_device(device, "ferry_alloc");
+  if (st != FERRY_OK) return st;
+  st = alloc_in(device, length, kind, out_buffer);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry_alloc_custom(ferry_device *device, size_t length, size_t elem_size, ferry_buffer *out_buffer) {
+  ferry_status st = ferry__enter_device(device, "ferry_alloc_custom");
+  if (st != FERRY_OK) return st;
+  st = alloc_custom_in(device, length, elem_size, out_buffer);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array host, ferry_buffer *out_buffer) {
+  ferry_status st = ferry__enter_device(device, "ferry_alloc_zero_copy");
+  if (st != FERRY_OK) return st;
+  st = alloc_zero_copy_in(device, host, out_buffer);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
+                                  ferry_refusal *out_refusal) {
+  ferry_status st = ferry__enter_device(device, "ferry_alloc_host_ptr");
+  if (st != FERRY_OK) return st;
+  st = ferry__alloc_host_ptr_in(device, host, out_buffer, out_refusal);
+  ferry__leave();
+  return st;
+}
+
 ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (slot->mem.flags & FERRY_MEM_HOST_PTR) {
+  if (slot->mem.flags & FERRY_MEM_FOREIGN) {
+    st = ferry__foreign_release(slot); /* memory ferry did not allocate: dlpack.c gives it back */
+  } else if (slot->mem.flags & FERRY_MEM_HOST_PTR) {
     st = dev->ops->host_ptr_release(dev, &slot->mem);
     ferry__host_ranges_unclaim(slot->host_array);
   } else if (!(slot->mem.flags & FERRY_MEM_ZERO_COPY) && slot->bytes > 0) {
     st = ferry__mem_release(dev, &slot->mem, slot->class_bytes);
+    unreserve_owned(dev, slot->bytes);
   }
   stats_buffer_died(dev, slot->bytes);
   if (st != FERRY_OK) {
@@ -231,11 +313,12 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot) {
 }
 
 ferry_status ferry_free(ferry_buffer buffer) {
-  ferry_status st = ferry__ensure_init();
+  ferry_status st = ferry__enter("ferry_free");
   if (st != FERRY_OK) return st;
   st = ferry__retire(buffer, "ferry_free");
   /* A driver failure while releasing: the handle is gone either way, and the sentence says so. */
   if (st != FERRY_OK && st != FERRY_ERROR_STALE_BUFFER) ferry__fail(st, "ferry_free: %s", ferry__error_text());
+  ferry__leave();
   return st;
 }
 
@@ -276,7 +359,10 @@ uintptr_t ferry_device_ptr(ferry_buffer b) {
 bool ferry_is_zero_copy(ferry_buffer b) {
   ferry_slot *s = ferry__peek(b);
   if (!s) return false;
-  bool v = s->zero_copy;
+  /* The seed's "no transfers needed": a buffer that IS its array. A host-ptr
+   * buffer on a device with memory of its own is over its array too, but its
+   * host access needs the transfers that synchronise it. */
+  bool v = (s->mem.flags & FERRY_MEM_ZERO_COPY) != 0;
   ferry__release(s);
   return v;
 }

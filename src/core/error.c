@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define FERRY_STR2(x) #x
@@ -37,6 +38,11 @@ const char *ferry_refusal_name(ferry_refusal r) {
   case FERRY_REFUSAL_BAD_LENGTH: return "FERRY_REFUSAL_BAD_LENGTH";
   case FERRY_REFUSAL_OVERLAP: return "FERRY_REFUSAL_OVERLAP";
   case FERRY_REFUSAL_DRIVER: return "FERRY_REFUSAL_DRIVER";
+  case FERRY_REFUSAL_STRIDED: return "FERRY_REFUSAL_STRIDED";
+  case FERRY_REFUSAL_DTYPE: return "FERRY_REFUSAL_DTYPE";
+  case FERRY_REFUSAL_DEVICE: return "FERRY_REFUSAL_DEVICE";
+  case FERRY_REFUSAL_READ_ONLY: return "FERRY_REFUSAL_READ_ONLY";
+  case FERRY_REFUSAL_VERSION: return "FERRY_REFUSAL_VERSION";
   }
   return "FERRY_REFUSAL_UNKNOWN";
 }
@@ -81,6 +87,19 @@ const char *ferry__bytes_text(uint64_t bytes, char buf[64]) {
   snprintf(buf, 64, "%.4g %s (%llu bytes)", v, units[u], (unsigned long long)bytes);
   return buf;
 }
+
+/* ---- the core's own host allocations ---------------------------------- */
+
+static _Atomic unsigned failing_allocs;
+
+void *ferry__core_alloc(void *old, size_t bytes) {
+  unsigned n = atomic_load_explicit(&failing_allocs, memory_order_relaxed);
+  while (n && !atomic_compare_exchange_weak(&failing_allocs, &n, n - 1)) {
+  }
+  return n ? NULL : realloc(old, bytes);
+}
+
+void ferry__fail_core_allocs(unsigned count) { atomic_store(&failing_allocs, count); }
 
 /* ---- kinds ------------------------------------------------------------- */
 

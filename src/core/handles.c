@@ -3,10 +3,17 @@
  *
  * A handle is (generation << 32 | slot index). Each slot holds one 64-bit atomic
  * word, generation << 32 | references. A generation is odd while the slot holds
- * a live buffer and even once it is freed; every reuse moves it on, and slots
- * whose generation would wrap are retired, so an old handle never matches again.
- * Across ferry_shutdown() the table is freed but the next one starts above every
- * generation handed out before, so pre-shutdown handles stay stale too.
+ * a live buffer and even once it is freed; every reuse moves it on, and a slot
+ * whose generation reaches FERRY_GENERATION_LIMIT is retired for good, so an old
+ * handle never matches again.
+ *
+ * The table lives as long as the process: ferry_shutdown() frees every buffer
+ * (moving each slot to its next generation) but keeps the slots, so that each
+ * slot's generations go on rising across sessions. No handle from before a
+ * shutdown can come back, whatever the history: each slot has its own 2^31 lives
+ * before it retires, there is no shared floor to wrap, and the table is full only
+ * once all 2^28 slots are retired (about 2^59 allocations). It also means a lookup
+ * never reads freed memory, even when it races ferry_shutdown().
  *
  * Lookups take no lock: one compare-and-swap adds a reference if the generation
  * still matches, and the last reference to go releases the memory. A buffer freed
@@ -18,41 +25,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <time.h>
 
 #define CHUNK_BITS  12
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS  (1u << 16) /* 2^28 live buffers at most */
 #define NO_SLOT     UINT32_MAX
-#define GEN_RETIRE  0xFFFFFFF0u /* a slot whose dead generation reaches this is not reused */
+#define GEN_RETIRE  FERRY_GENERATION_LIMIT /* a slot whose dead generation reaches this is not reused */
 
 static struct {
-  _Atomic(ferry_slot *) *chunks; /* MAX_CHUNKS entries; each chunk never moves */
-  pthread_mutex_t lock;          /* slot allocation and the free list */
-  uint32_t used;                 /* slots ever handed out in this table */
+  _Atomic(_Atomic(ferry_slot *) *) chunks; /* MAX_CHUNKS entries, made once; each chunk never moves */
+  pthread_mutex_t lock;                    /* slot allocation and the free list */
+  uint32_t used;                           /* slots ever handed out */
   uint32_t free_head;
-} table = {.lock = PTHREAD_MUTEX_INITIALIZER};
+  uint32_t start_generation; /* the dead (even) generation of slots made from now on */
+} table = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_head = NO_SLOT};
 
-/* Generations start here in a new table: above everything before the last shutdown. */
-static uint32_t generation_floor = 1;
 static uint64_t serial_counter; /* under table.lock */
+
+/* Moves on at every ferry_shutdown (and in a forked child's): a reference that
+ * outlives its session (a DLPack export's) was taken in session N, and is gone
+ * with it once this says otherwise. */
+static _Atomic uint64_t session_serial = 1;
+
+/* Buffers freed while a transfer held them: the transfer's last reference
+ * releases their memory. ferry_shutdown() waits for these before it destroys
+ * the devices. */
+static _Atomic uint64_t releases_pending;
 
 static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint32_t state_refs(uint64_t s) { return (uint32_t)s; }
 
 ferry_status ferry__handles_init(void) {
-  table.chunks = calloc(MAX_CHUNKS, sizeof *table.chunks);
-  if (!table.chunks) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "ferry_init: no host memory for the handle table");
-  table.used = 0;
-  table.free_head = NO_SLOT;
+  if (atomic_load_explicit(&table.chunks, memory_order_acquire)) return FERRY_OK;
+  _Atomic(ferry_slot *) *chunks = calloc(MAX_CHUNKS, sizeof *chunks);
+  if (!chunks) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "ferry_init: no host memory for the handle table");
+  atomic_store_explicit(&table.chunks, chunks, memory_order_release);
   return FERRY_OK;
 }
 
+/* The slot at `index`; NULL when there is none (no table yet, or an index past
+ * the slots ever made). */
 static ferry_slot *slot_at(uint32_t index) {
-  ferry_slot *chunk = atomic_load_explicit(&table.chunks[index >> CHUNK_BITS], memory_order_acquire);
+  _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table.chunks, memory_order_acquire);
+  if (!chunks || index >= (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) return NULL;
+  ferry_slot *chunk = atomic_load_explicit(&chunks[index >> CHUNK_BITS], memory_order_acquire);
   return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
 }
 
-ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index) {
+ferry_status ferry__slot_new(const char *fn, ferry_slot **out_slot, uint32_t *out_index) {
   pthread_mutex_lock(&table.lock);
   uint32_t index;
   ferry_slot *slot;
@@ -63,20 +85,23 @@ ferry_status ferry__slot_new(ferry_slot **out_slot, uint32_t *out_index) {
   } else {
     if (table.used == (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) {
       pthread_mutex_unlock(&table.lock);
-      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "the handle table is full (%u buffers)",
+      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                         "%s: the handle table is full: every one of its %u slots is live or retired", fn,
                          (unsigned)MAX_CHUNKS * CHUNK_SLOTS);
     }
     index = table.used;
     if ((index & (CHUNK_SLOTS - 1)) == 0) {
-      ferry_slot *chunk = calloc(CHUNK_SLOTS, sizeof *chunk);
+      ferry_slot *chunk = ferry__core_alloc(NULL, (size_t)CHUNK_SLOTS * sizeof *chunk);
       if (!chunk) {
         pthread_mutex_unlock(&table.lock);
-        return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %u more buffer handles", CHUNK_SLOTS);
+        return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %u more buffer handles (%zu bytes)", fn,
+                           CHUNK_SLOTS, (size_t)CHUNK_SLOTS * sizeof *chunk);
       }
-      /* Dead generations just below the floor: the first live one is the floor. */
+      memset(chunk, 0, (size_t)CHUNK_SLOTS * sizeof *chunk);
       for (uint32_t i = 0; i < CHUNK_SLOTS; i++)
-        atomic_init(&chunk[i].state, (uint64_t)(generation_floor - 1) << 32);
-      atomic_store_explicit(&table.chunks[index >> CHUNK_BITS], chunk, memory_order_release);
+        atomic_init(&chunk[i].state, (uint64_t)table.start_generation << 32);
+      _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table.chunks, memory_order_relaxed);
+      atomic_store_explicit(&chunks[index >> CHUNK_BITS], chunk, memory_order_release);
     }
     table.used++;
     slot = slot_at(index);
@@ -110,7 +135,8 @@ void ferry__slot_abandon(ferry_slot *slot, uint32_t index) { slot_recycle(slot, 
 static ferry_slot *lookup(ferry_buffer b) {
   uint32_t index = (uint32_t)b.id;
   uint32_t gen = (uint32_t)(b.id >> 32);
-  if (!(gen & 1u) || !table.chunks || index >= (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) return NULL;
+  /* In a forked child the parent's buffers are not usable: one relaxed load. */
+  if (!(gen & 1u) || atomic_load_explicit(&ferry__forked, memory_order_relaxed)) return NULL;
   ferry_slot *slot = slot_at(index);
   if (!slot) return NULL;
   uint64_t s = atomic_load_explicit(&slot->state, memory_order_acquire);
@@ -125,6 +151,7 @@ ferry_slot *ferry__peek(ferry_buffer b) { return lookup(b); }
 ferry_status ferry__acquire(ferry_buffer b, const char *fn, ferry_slot **out_slot) {
   ferry_slot *slot = lookup(b);
   if (!slot) {
+    if (atomic_load(&ferry__forked)) return ferry__fork_refusal(fn);
     if (b.id == 0) return ferry__fail(FERRY_ERROR_STALE_BUFFER, "%s: the buffer is FERRY_NULL_BUFFER", fn);
     return ferry__fail(FERRY_ERROR_STALE_BUFFER,
                        "%s: buffer handle 0x%016llx is stale: it was freed, belongs to a session before "
@@ -145,10 +172,12 @@ static ferry_status slot_finish(ferry_slot *slot, uint32_t index) {
 void ferry__release(ferry_slot *slot) {
   uint64_t prev = atomic_fetch_sub_explicit(&slot->state, 1, memory_order_acq_rel);
   if (state_refs(prev) == 1) {
-    /* Only a retired buffer can lose its last reference here: a live one still
-     * holds its owner's. The error, if any, has nobody to go to but stderr. */
+    /* Only a buffer freed by ferry_free can lose its last reference here: a live
+     * one still holds its owner's, and ferry_shutdown keeps it while it waits.
+     * The error, if any, has nobody to go to but stderr. */
     if (slot_finish(slot, slot->index) != FERRY_OK)
       fprintf(stderr, "ferry: releasing a freed buffer's memory failed: %s\n", ferry_last_error());
+    atomic_fetch_sub_explicit(&releases_pending, 1, memory_order_release);
   }
 }
 
@@ -157,8 +186,7 @@ ferry_status ferry__retire(ferry_buffer b, const char *fn) {
    * dropped. Whoever drops the last reference gives the memory back: this call,
    * or a transfer in another thread that still holds the buffer. */
   uint32_t index = (uint32_t)b.id, gen = (uint32_t)(b.id >> 32);
-  ferry_slot *slot = NULL;
-  if ((gen & 1u) && table.chunks && index < (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) slot = slot_at(index);
+  ferry_slot *slot = (gen & 1u) ? slot_at(index) : NULL;
   uint64_t s = slot ? atomic_load_explicit(&slot->state, memory_order_acquire) : 0;
   uint64_t next;
   do {
@@ -168,7 +196,40 @@ ferry_status ferry__retire(ferry_buffer b, const char *fn) {
     }
     next = ((uint64_t)(gen + 1) << 32) | (state_refs(s) - 1);
   } while (!atomic_compare_exchange_weak_explicit(&slot->state, &s, next, memory_order_acq_rel, memory_order_acquire));
-  return state_refs(next) == 0 ? slot_finish(slot, index) : FERRY_OK;
+  if (state_refs(next) == 0) return slot_finish(slot, index);
+  /* A transfer still holds it and releases the memory at its end (the count may
+   * briefly wrap if it already did: ferry_shutdown reads it only once every
+   * ferry_free has returned). */
+  atomic_fetch_add_explicit(&releases_pending, 1, memory_order_relaxed);
+  return FERRY_OK;
+}
+
+uint64_t ferry__handles_session(void) { return atomic_load_explicit(&session_serial, memory_order_acquire); }
+
+ferry_status ferry__hold(ferry_buffer b, const char *fn, ferry_slot **out_slot, uint64_t *out_session) {
+  ferry_status st = ferry__acquire(b, fn, out_slot);
+  if (st != FERRY_OK) return st;
+  atomic_fetch_add_explicit(&(*out_slot)->holds, 1, memory_order_relaxed);
+  *out_session = ferry__handles_session();
+  return FERRY_OK;
+}
+
+ferry_slot *ferry__held_slot(ferry_buffer b, uint64_t session) {
+  if (session != ferry__handles_session()) return NULL;
+  uint32_t index = (uint32_t)b.id, gen = (uint32_t)(b.id >> 32);
+  ferry_slot *slot = (gen & 1u) ? slot_at(index) : NULL;
+  if (!slot) return NULL;
+  /* The held reference keeps the slot from being reused: its generation is gen
+   * (live) or gen + 1 (freed). */
+  uint32_t now = state_gen(atomic_load_explicit(&slot->state, memory_order_acquire));
+  return now == gen || now == gen + 1 ? slot : NULL;
+}
+
+void ferry__release_held(ferry_buffer b, uint64_t session) {
+  ferry_slot *slot = ferry__held_slot(b, session);
+  if (!slot) return; /* its session ended, and ferry_shutdown released the memory */
+  atomic_fetch_sub_explicit(&slot->holds, 1, memory_order_relaxed);
+  ferry__release(slot);
 }
 
 const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]) {
@@ -181,36 +242,105 @@ const char *ferry__buffer_text(const ferry_slot *slot, char buf[512]) {
   return buf;
 }
 
+/* Waits a little, politely: for transfers in flight, which may take a while. */
+static void pause_briefly(unsigned *rounds) {
+  if ((*rounds)++ < 64) {
+    sched_yield();
+  } else {
+    struct timespec t = {0, 50000};
+    nanosleep(&t, NULL);
+  }
+}
+
 void ferry__handles_shutdown(bool report_leaks) {
-  if (!table.chunks) return;
-  uint32_t highest = generation_floor;
+  _Atomic(ferry_slot *) *chunks = atomic_load(&table.chunks);
+  if (!chunks) return;
+  /* From here, references held past the session (DLPack exports) are gone with
+   * it: a deleter that runs now, or later, leaves the slot alone. */
+  atomic_fetch_add(&session_serial, 1);
+  pthread_mutex_lock(&table.lock);
+  uint32_t used = table.used;
+  pthread_mutex_unlock(&table.lock);
   size_t leaked = 0;
-  for (uint32_t i = 0; i < table.used; i++) {
+  for (uint32_t i = 0; i < used; i++) {
     ferry_slot *slot = slot_at(i);
-    uint64_t s = atomic_load(&slot->state);
-    uint32_t gen = state_gen(s);
-    if (gen > highest) highest = gen;
-    if (!(gen & 1u)) continue;
+    /* Retire every live buffer, keeping the owner's reference: no lookup matches
+     * it any more, and a transfer that holds it finishes before its memory goes
+     * (the owner's reference keeps that transfer from releasing it itself). */
+    uint64_t s = atomic_load(&slot->state), next = 0;
+    do {
+      if (!(state_gen(s) & 1u)) break;
+      next = ((uint64_t)(state_gen(s) + 1) << 32) | state_refs(s);
+    } while (!atomic_compare_exchange_weak(&slot->state, &s, next));
+    bool live = state_gen(s) & 1u;
+    uint32_t holds = atomic_load(&slot->holds);
+    /* A freed buffer whose memory DLPack tensors still hold: released here. */
+    bool freed_but_held = !live && holds > 0 && state_refs(s) > 0;
+    if (!live && !freed_but_held) continue;
+    /* Transfers in flight hold references beyond the owner's and the tensors'. */
+    unsigned rounds = 0;
+    while (state_refs(atomic_load(&slot->state)) > (live ? 1u : 0u) + holds)
+      pause_briefly(&rounds);
     if (report_leaks) {
       char text[512];
       if (leaked == 0) fprintf(stderr, "ferry: buffers still live at ferry_shutdown():\n");
-      fprintf(stderr, "ferry:   %s, %zu bytes%s\n", ferry__buffer_text(slot, text), slot->bytes,
-              slot->zero_copy ? ", over a host array" : "");
+      fprintf(stderr, "ferry:   %s, %zu bytes%s%s\n", ferry__buffer_text(slot, text), slot->bytes,
+              slot->over_host_array ? ", over a host array" : "",
+              freed_but_held ? ", freed but still held by a DLPack tensor" : "");
     }
     leaked++;
-    if (ferry__slot_destroy_memory(slot) != FERRY_OK)
-      fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry_last_error());
+    atomic_store(&slot->holds, 0);
+    atomic_store(&slot->state, (live ? next : s) & ~(uint64_t)UINT32_MAX);
+    if (freed_but_held) atomic_fetch_sub(&releases_pending, 1); /* ferry_free counted it; nobody else releases it */
+    if (slot_finish(slot, i) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry_last_error());
   }
   if (report_leaks && leaked) fprintf(stderr, "ferry: %zu buffer(s) were not freed\n", leaked);
   if (report_leaks && !leaked) fprintf(stderr, "ferry: no buffers leaked\n");
-  for (uint32_t c = 0; c < MAX_CHUNKS; c++) {
-    ferry_slot *chunk = atomic_load(&table.chunks[c]);
-    if (!chunk) break;
-    free(chunk);
+  /* Buffers freed during a transfer: that transfer releases their memory. */
+  unsigned rounds = 0;
+  while (atomic_load(&releases_pending) != 0)
+    pause_briefly(&rounds);
+}
+
+void ferry__handles_skip_generations(uint32_t gen) {
+  uint32_t dead = gen & ~1u;
+  if (dead > GEN_RETIRE - 2) dead = GEN_RETIRE - 2;
+  pthread_mutex_lock(&table.lock);
+  if (table.start_generation < dead) table.start_generation = dead;
+  /* Every slot of the chunks made so far, those not handed out yet included. */
+  uint32_t made = (table.used + CHUNK_SLOTS - 1) & ~(CHUNK_SLOTS - 1);
+  for (uint32_t i = 0; i < made; i++) {
+    ferry_slot *slot = slot_at(i);
+    uint64_t s = atomic_load(&slot->state);
+    if (!(state_gen(s) & 1u) && state_gen(s) < dead) atomic_store(&slot->state, (uint64_t)dead << 32 | state_refs(s));
   }
-  free(table.chunks);
-  table.chunks = NULL;
-  /* Next session: generations start above every one handed out (odd, live). */
-  generation_floor = (highest + 2) | 1u;
-  if (generation_floor >= GEN_RETIRE) generation_floor = 1; /* after ~2^31 shutdowns; cannot happen in practice */
+  pthread_mutex_unlock(&table.lock);
+}
+
+void ferry__handles_fork(ferry_fork_phase phase) {
+  if (phase == FERRY_FORK_PREPARE)
+    pthread_mutex_lock(&table.lock);
+  else
+    pthread_mutex_unlock(&table.lock);
+}
+
+void ferry__handles_forget(void) {
+  /* Every slot dead, at its next generation, without references (the parent's
+   * transfers are not running here) and free, unless retired; the memory of the
+   * parent's buffers is its drivers' and stays where it is. */
+  atomic_fetch_add(&session_serial, 1);
+  pthread_mutex_lock(&table.lock);
+  table.free_head = NO_SLOT;
+  for (uint32_t i = table.used; i-- > 0;) {
+    ferry_slot *slot = slot_at(i);
+    uint32_t gen = state_gen(atomic_load(&slot->state));
+    if (gen & 1u) gen++;
+    atomic_store(&slot->state, (uint64_t)gen << 32);
+    atomic_store(&slot->holds, 0);
+    if (gen >= GEN_RETIRE) continue;
+    slot->next_free = table.free_head;
+    table.free_head = i;
+  }
+  atomic_store(&releases_pending, 0);
+  pthread_mutex_unlock(&table.lock);
 }

@@ -10,8 +10,6 @@
  */
 #include "internal.h"
 
-#include <ctype.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,36 +20,14 @@ void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
   atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
 }
 
-bool ferry__env_bytes(const char *name, uint64_t *out) {
-  const char *s = getenv(name);
-  if (!s || !*s) return false;
-  char *end;
-  errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return false;
-  int shift = 0;
-  switch (toupper((unsigned char)*end)) {
-  case 'K': shift = 10; break;
-  case 'M': shift = 20; break;
-  case 'G': shift = 30; break;
-  case 'T': shift = 40; break;
-  case '\0': break;
-  default: return false;
-  }
-  if (shift && v > (UINT64_MAX >> shift)) return false;
-  *out = (uint64_t)v << shift;
-  return true;
-}
-
 ferry_status ferry__device_state_init(ferry_device *dev) {
   struct ferry_device_state *s = calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
   pthread_mutex_init(&s->cache_lock, NULL);
   uint64_t limit;
-  if (!ferry__env_bytes("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
+  if (!ferry__option_number("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
   dev->state = s;
-  ferry__stage_init(dev);
   return FERRY_OK;
 }
 
@@ -62,8 +38,29 @@ void ferry__device_state_destroy(ferry_device *dev) {
     free(n);
   }
   pthread_mutex_destroy(&dev->state->cache_lock);
-  pthread_mutex_destroy(&dev->state->stage.lock);
   free(dev->state);
+  dev->state = NULL;
+}
+
+void ferry__device_set_total_memory(ferry_device *dev, uint64_t bytes) { dev->info.total_memory = bytes; }
+
+void ferry__device_state_forget(ferry_device *dev) {
+  struct ferry_device_state *s = dev->state;
+  /* The cached blocks belong to the parent's driver: only the nodes go. Locks
+   * held by the parent's threads are not touched. */
+  for (unsigned b = 0; b < FERRY_CACHE_BUCKETS; b++) {
+    while (s->cache[b]) {
+      ferry_cache_node *n = s->cache[b];
+      s->cache[b] = n->next;
+      free(n);
+    }
+  }
+  while (s->spare_nodes) {
+    ferry_cache_node *n = s->spare_nodes;
+    s->spare_nodes = n->next;
+    free(n);
+  }
+  free(s);
   dev->state = NULL;
 }
 
@@ -162,6 +159,14 @@ ferry_status ferry__cache_trim(ferry_device *dev) {
     }
     free(n);
   }
+  /* Then what the backend keeps for itself (checked's quarantine). */
+  if (dev->ops->trim) {
+    ferry_status st = dev->ops->trim(dev);
+    if (st != FERRY_OK && first == FERRY_OK) {
+      first = st;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    }
+  }
   if (first != FERRY_OK) ferry__fail(first, "%s", saved);
   return first;
 }
@@ -180,10 +185,13 @@ ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, s
   }
   size_t ask = class_bytes ? class_bytes : bytes;
   ferry_status st = dev->ops->alloc(dev, ask, &mem);
-  if (st == FERRY_ERROR_OUT_OF_MEMORY && atomic_load(&dev->state->bytes_cached) > 0) {
+  if (st == FERRY_ERROR_OUT_OF_MEMORY && (atomic_load(&dev->state->bytes_cached) > 0 || dev->ops->trim)) {
     char saved[1024];
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    ferry__cache_trim(dev); /* a failure to free is the driver's; the retry says what matters */
+    /* A failure to free is the driver's, and the retry says what matters; a
+     * corruption found in memory the backend kept has nobody else to go to. */
+    if (ferry__cache_trim(dev) == FERRY_ERROR_BACKEND && dev->ops->trim)
+      fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
     st = dev->ops->alloc(dev, ask, &mem);
     if (st != FERRY_OK && st != FERRY_ERROR_OUT_OF_MEMORY)
       ferry__fail(st, "%s (after: %s)", ferry__error_text(), saved);

@@ -1,11 +1,12 @@
 /*
- * Transfers: every argument is checked here, then the backend moves the bytes.
+ * Transfers: every argument is checked here, then the transfer engine
+ * (engine.c) moves the bytes.
  *
  * A zero-copy or host-ptr buffer addressed through its own array only
  * synchronises (the bytes are already there); through any other array it
- * copies, exactly as a buffer with memory of its own. Copies between devices
- * take the best path there is: the backend's peer copy, a direct read or write
- * when one side is plain host memory, else a staged copy through host memory.
+ * copies, exactly as a buffer with memory of its own. Copies within a device
+ * are the backend's; between devices of one backend its peer copy where it has
+ * one; everything else is the engine's.
  */
 #include "internal.h"
 
@@ -28,13 +29,14 @@ static void count(_Atomic uint64_t *bytes_counter, _Atomic uint64_t *count_count
 
 static ferry_status check_typed(const char *fn, ferry_array a, const ferry_slot *slot, size_t *out_bytes) {
   char text[512];
+  /* Input that is wrong whatever the buffer comes first (docs/API.md's order). */
+  if ((unsigned)a.kind > (unsigned)FERRY_CUSTOM)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
   if (slot->kind == FERRY_CUSTOM)
     return ferry__fail(FERRY_ERROR_KIND_MISMATCH,
                        "%s: %s is a custom buffer; custom buffers take only ferry_host_ptr_to_device, "
                        "ferry_device_to_host_ptr and the byte-range functions",
                        fn, ferry__buffer_text(slot, text));
-  if ((unsigned)a.kind > (unsigned)FERRY_CUSTOM)
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
   if (a.kind != slot->kind)
     return ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: host array is %s, %s is %s", fn, ferry_kind_name(a.kind),
                        ferry__buffer_text(slot, text), ferry_kind_name(slot->kind));
@@ -58,16 +60,31 @@ static ferry_status check_ptr(const char *fn, const void *ptr, size_t byte_size,
   return FERRY_OK;
 }
 
-static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
-                                const char *which) {
-  char text[512];
+static ferry_status check_overflow(const char *fn, size_t offset, size_t bytes, const char *which) {
   if (offset > SIZE_MAX - bytes)
     return ferry__fail(FERRY_ERROR_OVERFLOW, "%s: %s offset %zu + %zu bytes overflows size_t", fn, which, offset,
                        bytes);
+  return FERRY_OK;
+}
+
+static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes,
+                                const char *which) {
+  char text[512];
+  ferry_status st = check_overflow(fn, offset, bytes, which);
+  if (st != FERRY_OK) return st;
   if (offset + bytes > slot->bytes)
     return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: %s bytes %zu..%zu run past the end of %s, which has %zu bytes",
                        fn, which, offset, offset + bytes, ferry__buffer_text(slot, text), slot->bytes);
   return FERRY_OK;
+}
+
+/* A transfer that moves no bytes still fails on a buffer the backend finds
+ * damaged (checked's guards): every transfer touching it does. */
+static ferry_status check_untouched(const char *fn, ferry_slot *slot) {
+  ferry_device *dev = slot->device;
+  if (!dev->ops->check) return FERRY_OK;
+  ferry_status st = dev->ops->check(dev, &slot->mem);
+  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
 }
 
 /* ---- moving bytes between the host and one buffer -------------------------- */
@@ -75,7 +92,7 @@ static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t o
 /* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
  * buffer addressed through its own array)? */
 static bool own_bytes(const ferry_slot *slot, size_t offset, const void *host) {
-  return slot->zero_copy && host == (const char *)slot->host_array + offset;
+  return slot->over_host_array && host == (const char *)slot->host_array + offset;
 }
 
 static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir dir) {
@@ -88,12 +105,12 @@ static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir di
 static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset, const void *src, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, src))
       st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, src, bytes, true)
-                       ? ferry__stage_write(dev, &slot->mem, offset, src, bytes)
-                       : dev->ops->write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
+    else if ((st = ferry__engine_write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->h2d_bytes, &dev->state->h2d_count, bytes);
@@ -103,12 +120,12 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
 static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, void *dst, size_t bytes) {
   ferry_device *dev = slot->device;
   ferry_status st = FERRY_OK;
-  if (bytes > 0) {
+  if (bytes == 0) {
+    st = check_untouched(fn, slot);
+  } else {
     if (own_bytes(slot, offset, dst))
       st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
-    else if ((st = ferry__stage_wanted(dev, &slot->mem, dst, bytes, false)
-                       ? ferry__stage_read(dev, &slot->mem, offset, dst, bytes)
-                       : dev->ops->read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
+    else if ((st = ferry__engine_read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
   if (st == FERRY_OK) count(&dev->state->d2h_bytes, &dev->state->d2h_count, bytes);
@@ -116,32 +133,6 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
 }
 
 /* ---- copies between buffers ------------------------------------------------ */
-
-#define STAGE_CHUNK (8u << 20)
-
-/* Through host memory, chunk by chunk, when neither side is plain host memory:
- * through the source's pinned slots when it has a pipeline (its reads then
- * overlap the destination's writes), else through a bounce buffer. */
-static ferry_status copy_staged(ferry_device *sdev, const ferry_mem *smem, size_t so, ferry_device *ddev,
-                                ferry_mem *dmem, size_t doff, size_t bytes) {
-  ferry_status piped;
-  if (ferry__stage_copy(sdev, smem, so, ddev, dmem, doff, bytes, &piped)) return piped;
-  size_t chunk = bytes < STAGE_CHUNK ? bytes : STAGE_CHUNK;
-  void *bounce = malloc(chunk);
-  if (!bounce) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s staging buffer",
-                       ferry__bytes_text(chunk, text));
-  }
-  ferry_status st = FERRY_OK;
-  for (size_t done = 0; done < bytes && st == FERRY_OK; done += chunk) {
-    size_t n = bytes - done < chunk ? bytes - done : chunk;
-    st = sdev->ops->read(sdev, smem, so + done, bounce, n);
-    if (st == FERRY_OK) st = ddev->ops->write(ddev, dmem, doff + done, bounce, n);
-  }
-  free(bounce);
-  return st;
-}
 
 /* Within one allocation, overlapping, on a device whose copy cannot overlap: via
  * a temporary allocation on the same device. */
@@ -163,7 +154,15 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
   ferry_device *sdev = src->device, *ddev = dst->device;
   ferry_status st = FERRY_OK;
   if (bytes == 0 || (src == dst && so == doff)) {
-    /* Nothing to move. */
+    /* Nothing to move; a damaged buffer still fails the copy. */
+    if ((st = check_untouched(fn, src)) == FERRY_OK && dst != src) st = check_untouched(fn, dst);
+    if (st != FERRY_OK) return st; /* the sentence names the damaged buffer */
+  } else if (sdev == ddev && (src->mem.host || dst->mem.host)) {
+    /* Host memory on one side at least: the engine's host paths. */
+    if (src->mem.host && dst->mem.host)
+      ferry__host_move((char *)dst->mem.host + doff, (const char *)src->mem.host + so, bytes);
+    else
+      st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
   } else if (sdev == ddev) {
     bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
     if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
@@ -174,14 +173,7 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
     st = FERRY_ERROR_UNSUPPORTED;
     if (sdev->backend == ddev->backend && sdev->ops->copy_peer)
       st = sdev->ops->copy_peer(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-    if (st == FERRY_ERROR_UNSUPPORTED) {
-      if (src->mem.host)
-        st = ddev->ops->write(ddev, &dst->mem, doff, (const char *)src->mem.host + so, bytes);
-      else if (dst->mem.host)
-        st = sdev->ops->read(sdev, &src->mem, so, (char *)dst->mem.host + doff, bytes);
-      else
-        st = copy_staged(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-    }
+    if (st == FERRY_ERROR_UNSUPPORTED) st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
   }
   if (st != FERRY_OK) {
     char a[512], b[512];
@@ -299,7 +291,10 @@ ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, s
     ferry__release(s);
     return st;
   }
-  if ((st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
+  /* Overflow on either side first, then either range past its end (docs/API.md's order). */
+  if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
+      (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
+      (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
       (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
     st = copy_bytes(fn, s, src_offset, d, dst_offset, bytes);
   ferry__release(d);

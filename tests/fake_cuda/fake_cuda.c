@@ -290,6 +290,7 @@ static void remove_region(region *r) { *r = regions[--region_count]; }
 
 /* The current context, or an error: not initialised, none current, sticky. */
 static cu_result need_ctx(const char *function, fake_ctx **out) {
+  *out = NULL; /* set on every path, so that callers' compilers see it written */
   if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
   fake_ctx *c = current_ctx();
   if (!c) {
@@ -517,6 +518,30 @@ FAKE_API cu_result cuDeviceGetName(char *name, int len, cu_device dev) {
   if (o < 0) return FCU_ERROR_INVALID_DEVICE;
   if (!name || len <= 0) return FCU_ERROR_INVALID_VALUE;
   snprintf(name, (size_t)len, "Fake CUDA GPU %d", o);
+  return FCU_SUCCESS;
+}
+
+/* A made-up UUID per device: "fakecuda" then the ordinal. */
+FAKE_API cu_result cuDeviceGetUuid_v2(cu_uuid *uuid, cu_device dev) {
+  INJECT("cuDeviceGetUuid_v2");
+  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
+  int o = ordinal_of(dev);
+  if (o < 0) return FCU_ERROR_INVALID_DEVICE;
+  if (!uuid) return FCU_ERROR_INVALID_VALUE;
+  memset(uuid->bytes, 0, sizeof uuid->bytes);
+  memcpy(uuid->bytes, "fakecuda", 8);
+  uuid->bytes[15] = (char)o;
+  return FCU_SUCCESS;
+}
+
+/* As the driver writes it, uppercase hex, with the bus of the PCI_BUS_ID attribute. */
+FAKE_API cu_result cuDeviceGetPCIBusId(char *pci_bus_id, int len, cu_device dev) {
+  INJECT("cuDeviceGetPCIBusId");
+  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
+  int o = ordinal_of(dev);
+  if (o < 0) return FCU_ERROR_INVALID_DEVICE;
+  if (!pci_bus_id || len < 13) return FCU_ERROR_INVALID_VALUE; /* the driver needs 13 bytes */
+  snprintf(pci_bus_id, (size_t)len, "0000:%02X:00.0", 0x10 + o);
   return FCU_SUCCESS;
 }
 
@@ -863,6 +888,7 @@ FAKE_API cu_result cuPointerGetAttribute(void *data, cu_pointer_attribute attrib
   case FCU_POINTER_ATTRIBUTE_DEVICE_POINTER: *(cu_deviceptr *)data = ptr; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data = (void *)(uintptr_t)ptr; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data = copy.sync_memops; return FCU_SUCCESS;
+  case FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = copy.ctx ? copy.ctx->ordinal : -1; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(cu_deviceptr *)data = copy.start; return FCU_SUCCESS;
   case FCU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = copy.size; return FCU_SUCCESS;
   default: return FCU_ERROR_INVALID_VALUE;
@@ -892,6 +918,7 @@ FAKE_API cu_result cuPointerGetAttributes(unsigned int count, cu_pointer_attribu
     case FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(cu_deviceptr *)data[i] = 0; break;
     case FCU_POINTER_ATTRIBUTE_HOST_POINTER: *(void **)data[i] = NULL; break;
     case FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *(int *)data[i] = 0; break;
+    case FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = -1; break;
     case FCU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = 0; break;
     default: return FCU_ERROR_INVALID_VALUE;
     }

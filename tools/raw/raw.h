@@ -2,15 +2,23 @@
  * Raw driver calls that ferry's figures are compared against.
  *
  * Each backend has a file tools/raw/raw_<backend>.c that performs the transfer a
- * user without ferry would write (memcpy; cuMemcpyHtoD; clEnqueueWriteBuffer;
- * memcpy into a staging buffer + vkCmdCopyBuffer + fence), on the very same
- * ferry buffers (through ferry_device_ptr and ferry_device_native), so that
- * ferry / raw is measured in one run on one set of memory.
+ * program written directly against the device would make (memcpy; cuMemcpyHtoD;
+ * clEnqueueWriteBuffer; memcpy into a staging buffer + vkCmdCopyBuffer + fence),
+ * on the very same ferry buffers (through ferry_device_ptr and
+ * ferry_device_native), so that ferry / raw is measured in one run on one set of
+ * memory.
+ *
+ * Where such a program has two ways to move the bytes (on devices whose memory is
+ * the host's: OpenCL's map + memcpy + unmap beside clEnqueueWriteBuffer, Vulkan's
+ * memcpy into mapped memory beside a staging copy), the backend offers the second
+ * as the "alt" way, and `ferry bench` measures both and shows the faster.
  */
 #ifndef FERRY_BENCH_RAW_H
 #define FERRY_BENCH_RAW_H
 
 #include "ferry.h"
+
+#include <stdbool.h>
 
 typedef struct raw_baseline raw_baseline; /* a backend's own state for one device */
 
@@ -32,6 +40,29 @@ typedef struct raw_ops {
   void *(*host_alloc)(raw_baseline *raw, size_t bytes);
   void (*host_free)(raw_baseline *raw, void *ptr);
   int (*alloc_free)(raw_baseline *raw, size_t bytes);
+  const char *alloc_name; /* "cuMemAlloc+cuMemFree"; NULL: "driver alloc+free" */
+
+  /* Everything below is optional (NULL / false when a backend does not have it). */
+
+  /* A short name of the first way, for a table column: "enqueue", "staging"; NULL: "raw". */
+  const char *tag;
+  /* The second way (see the top of this file): available on this device when
+   * alt_available says so; its short name and its calls. d2d_alt may be NULL. */
+  bool (*alt_available)(raw_baseline *raw);
+  const char *alt_tag; /* "map", "mapped" */
+  const char *h2d_alt_name, *d2h_alt_name, *d2d_alt_name;
+  int (*h2d_alt)(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes);
+  int (*d2h_alt)(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes);
+  int (*d2d_alt)(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes);
+  /* The second way works on memory of the baseline's own, one block per ferry
+   * buffer it stands for (Vulkan: a mapped buffer of the same size; a mapping of
+   * ferry's buffer is ferry's), so its bytes are checked by round trips through
+   * it (h2d_alt then d2h_alt), not by reading ferry's buffer. */
+  bool alt_own_memory;
+  /* A copy between buffers on two devices of this backend, complete on return
+   * (cuMemcpyPeer + cuCtxSynchronize). */
+  const char *peer_name;
+  int (*peer)(raw_baseline *src_raw, ferry_buffer src, raw_baseline *dst_raw, ferry_buffer dst, size_t bytes);
 } raw_ops;
 
 /* The raw calls for a backend by name ("native", "cuda", ...); NULL if none. */

@@ -9,6 +9,7 @@
  *   d2d         cuMemcpyDtoD_v2 + cuCtxSynchronize
  *   host_alloc  cuMemAllocHost_v2 (cuMemFreeHost)
  *   alloc_free  cuMemAlloc_v2 + cuMemFree_v2
+ *   peer        cuMemcpyPeer + cuCtxSynchronize, in the destination's context
  */
 #include "backends/cuda/cuda_api.h"
 #include "raw.h"
@@ -93,6 +94,16 @@ static int cuda_alloc_free(raw_baseline *raw, size_t bytes) {
   return raw->api->cuMemFree(p) == FCU_SUCCESS ? 0 : -1;
 }
 
+/* As a program copying between two GPUs would: the destination's context current,
+ * cuMemcpyPeer, and a cuCtxSynchronize so that the copy is complete on return. */
+static int cuda_peer(raw_baseline *src_raw, ferry_buffer src, raw_baseline *dst_raw, ferry_buffer dst, size_t bytes) {
+  if (current(dst_raw)) return -1;
+  if (dst_raw->api->cuMemcpyPeer((cu_deviceptr)ferry_device_ptr(dst), dst_raw->ctx, (cu_deviceptr)ferry_device_ptr(src),
+                                 src_raw->ctx, bytes) != FCU_SUCCESS)
+    return -1;
+  return dst_raw->api->cuCtxSynchronize() == FCU_SUCCESS ? 0 : -1;
+}
+
 static const raw_ops cuda_raw = {
     .backend = "cuda",
     .h2d_name = "cuMemcpyHtoD",
@@ -106,6 +117,10 @@ static const raw_ops cuda_raw = {
     .host_alloc = cuda_host_alloc,
     .host_free = cuda_host_free,
     .alloc_free = cuda_alloc_free,
+    .alloc_name = "cuMemAlloc+cuMemFree",
+    .tag = "cuMemcpy",
+    .peer_name = "cuMemcpyPeer + cuCtxSynchronize",
+    .peer = cuda_peer,
 };
 
 const raw_ops *raw_cuda_ops(void) { return &cuda_raw; }

@@ -55,6 +55,8 @@ static const raw_ops host_raw = {
     .d2h = host_d2h,
     .d2d = host_d2d,
     .alloc_free = host_alloc_free,
+    .alloc_name = "posix_memalign+free",
+    .tag = "memcpy",
 };
 
 const raw_ops *raw_host_ops(void) { return &host_raw; }

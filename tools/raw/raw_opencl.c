@@ -9,6 +9,13 @@
  *   d2d: clEnqueueCopyBuffer + clFinish
  *   pinned host memory: a CL_MEM_ALLOC_HOST_PTR buffer, mapped (the vendors' advice)
  *   allocation: clCreateBuffer + clReleaseMemObject
+ *
+ * On devices whose memory is the host's (CPU devices, and any device that says
+ * CL_DEVICE_HOST_UNIFIED_MEMORY), a program may as well map the buffer and copy
+ * with memcpy; that is the second way ("map"), on the same buffers:
+ *   h2d: clEnqueueMapBuffer(CL_MAP_WRITE_INVALIDATE_REGION) + memcpy + clEnqueueUnmapMemObject + clFinish
+ *   d2h: clEnqueueMapBuffer(CL_MAP_READ) + memcpy + clEnqueueUnmapMemObject + clFinish
+ *   d2d: both buffers mapped + memcpy + both unmapped + clFinish
  */
 #include "raw.h"
 
@@ -17,6 +24,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct mapped_block {
   struct mapped_block *next;
@@ -28,6 +36,7 @@ struct raw_baseline {
   const ferry_cl_api *api;
   cl_context context;
   cl_command_queue queue;
+  bool unified; /* the device's memory is the host's: the map way exists */
   pthread_mutex_t lock;
   mapped_block *blocks;
 };
@@ -51,6 +60,13 @@ static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
   raw->api = api;
   raw->context = (cl_context)nat.context;
   raw->queue = (cl_command_queue)nat.queue;
+  cl_device_type type = 0;
+  cl_bool unified = CL_FALSE;
+  cl_device_id id = (cl_device_id)nat.device;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof type, &type, NULL) != CL_SUCCESS) type = 0;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
+    unified = CL_FALSE;
+  raw->unified = (type & CL_DEVICE_TYPE_CPU) || unified;
   pthread_mutex_init(&raw->lock, NULL);
   return raw;
 }
@@ -132,6 +148,50 @@ static int cl_alloc_free(raw_baseline *raw, size_t bytes) {
   return raw->api->clReleaseMemObject(mem) == CL_SUCCESS ? 0 : -1;
 }
 
+/* ---- the map way -------------------------------------------------------------- */
+
+static bool cl_alt_available(raw_baseline *raw) { return raw->unified; }
+
+static void *map(raw_baseline *raw, cl_mem mem, cl_map_flags flags, size_t bytes) {
+  cl_int err = CL_SUCCESS;
+  void *p = raw->api->clEnqueueMapBuffer(raw->queue, mem, CL_TRUE, flags, 0, bytes, 0, NULL, NULL, &err);
+  return err == CL_SUCCESS ? p : NULL;
+}
+
+static int unmap(raw_baseline *raw, cl_mem mem, void *p) {
+  return raw->api->clEnqueueUnmapMemObject(raw->queue, mem, p, 0, NULL, NULL) == CL_SUCCESS ? 0 : -1;
+}
+
+static int cl_h2d_map(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  cl_mem mem = (cl_mem)ferry_device_ptr(dst);
+  void *p = map(raw, mem, CL_MAP_WRITE_INVALIDATE_REGION, bytes);
+  if (!p) return -1;
+  memcpy(p, src, bytes);
+  if (unmap(raw, mem, p)) return -1;
+  return raw->api->clFinish(raw->queue) == CL_SUCCESS ? 0 : -1;
+}
+
+static int cl_d2h_map(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
+  cl_mem mem = (cl_mem)ferry_device_ptr(src);
+  void *p = map(raw, mem, CL_MAP_READ, bytes);
+  if (!p) return -1;
+  memcpy(dst, p, bytes);
+  if (unmap(raw, mem, p)) return -1;
+  return raw->api->clFinish(raw->queue) == CL_SUCCESS ? 0 : -1;
+}
+
+static int cl_d2d_map(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes) {
+  cl_mem s = (cl_mem)ferry_device_ptr(src), d = (cl_mem)ferry_device_ptr(dst);
+  void *ps = map(raw, s, CL_MAP_READ, bytes);
+  if (!ps) return -1;
+  void *pd = map(raw, d, CL_MAP_WRITE_INVALIDATE_REGION, bytes);
+  if (pd) memcpy(pd, ps, bytes);
+  int rc = pd ? unmap(raw, d, pd) : -1;
+  if (unmap(raw, s, ps)) rc = -1;
+  if (raw->api->clFinish(raw->queue) != CL_SUCCESS) rc = -1;
+  return rc;
+}
+
 static const raw_ops opencl_raw = {
     .backend = "opencl",
     .h2d_name = "clEnqueueWriteBuffer+clFinish",
@@ -145,6 +205,16 @@ static const raw_ops opencl_raw = {
     .host_alloc = cl_host_alloc_raw,
     .host_free = cl_host_free_raw,
     .alloc_free = cl_alloc_free,
+    .alloc_name = "clCreateBuffer+clReleaseMemObject",
+    .tag = "enqueue",
+    .alt_available = cl_alt_available,
+    .alt_tag = "map",
+    .h2d_alt_name = "clEnqueueMapBuffer+memcpy+clEnqueueUnmapMemObject+clFinish",
+    .d2h_alt_name = "clEnqueueMapBuffer+memcpy+clEnqueueUnmapMemObject+clFinish",
+    .d2d_alt_name = "clEnqueueMapBuffer (both)+memcpy+clEnqueueUnmapMemObject (both)+clFinish",
+    .h2d_alt = cl_h2d_map,
+    .d2h_alt = cl_d2h_map,
+    .d2d_alt = cl_d2d_map,
 };
 
 const raw_ops *raw_opencl_ops(void) { return &opencl_raw; }

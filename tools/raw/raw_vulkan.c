@@ -16,6 +16,16 @@
  * simplest fast code, with no chunking and no overlap. The queue is ferry's, and
  * a VkQueue must not be used from two threads at once: the raw calls are meant
  * to run while ferry is idle on that device (the benchmarks are single-threaded).
+ *
+ * On CPU devices and integrated GPUs (lavapipe), whose device-local memory is
+ * also host-visible, a program would rather map its buffers and use memcpy: the
+ * second way ("mapped"). ferry maps its own buffers there and keeps the mapping
+ * to itself, so this way works on buffers of its own: one mapped buffer of the
+ * same size per ferry buffer it stands for (the last two; DEVICE_LOCAL and
+ * HOST_VISIBLE memory, cached and coherent where there is such a type):
+ *   h2d_alt  memcpy into the mapping (+ vkFlushMappedMemoryRanges where not coherent)
+ *   d2h_alt  (vkInvalidateMappedMemoryRanges where not coherent +) memcpy out of it
+ *   d2d_alt  memcpy from one mapping into the other
  */
 #include "backends/vulkan/vulkan_api.h"
 #include "raw.h"
@@ -32,7 +42,15 @@ typedef struct host_buffer {
   VkDeviceMemory memory;
   VkDeviceSize bytes;
   char *map;
+  bool coherent;
 } host_buffer;
+
+/* The mapped way's buffer standing for one ferry buffer. */
+typedef struct shadow {
+  uint64_t id; /* the ferry_buffer's id; 0: unused */
+  unsigned long long stamp;
+  host_buffer buf;
+} shadow;
 
 struct raw_baseline {
   const ferry_vk_api *vk;
@@ -45,18 +63,21 @@ struct raw_baseline {
   VkCommandPool pool;
   VkCommandBuffer cb;
   VkFence fence;
-  uint32_t host_type; /* host-visible: coherent and cached where possible */
-  bool coherent;
   host_buffer staging; /* the one staging buffer, grown to the largest transfer */
   host_buffer *pinned; /* from host_alloc */
+  bool unified;        /* a CPU device or an integrated GPU with device-local, host-visible memory */
+  shadow shadows[2];   /* the mapped way's buffers */
+  unsigned long long clock;
 };
 
-static uint32_t pick_host_type(raw_baseline *raw, uint32_t bits) {
+/* A host-visible type (device-local too when `local`), coherent and cached where possible. */
+static uint32_t pick_host_type(raw_baseline *raw, uint32_t bits, bool local) {
   uint32_t best = UINT32_MAX;
   int best_score = -1;
   for (uint32_t i = 0; i < raw->memory.memoryTypeCount; i++) {
     VkFlags f = raw->memory.memoryTypes[i].propertyFlags;
     if (!(bits & (1u << i)) || !(f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) continue;
+    if (local && !(f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT)) continue;
     int score = (f & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT ? 2 : 0) + (f & VK_MEMORY_PROPERTY_HOST_CACHED_BIT ? 1 : 0);
     if (score > best_score) {
       best = i;
@@ -66,17 +87,19 @@ static uint32_t pick_host_type(raw_baseline *raw, uint32_t bits) {
   return best;
 }
 
-static int host_buffer_make(raw_baseline *raw, VkDeviceSize bytes, host_buffer *out) {
+/* A mapped buffer: host memory for staging and pinning, or (`local`) device
+ * memory as a program on a unified device would make its buffers. */
+static int host_buffer_make(raw_baseline *raw, VkDeviceSize bytes, bool local, host_buffer *out) {
   const ferry_vk_api *vk = raw->vk;
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = bytes,
-                             .usage = USAGE,
+                             .usage = local ? USAGE | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT : USAGE,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   memset(out, 0, sizeof *out);
   if (vk->vkCreateBuffer(raw->device, &info, NULL, &out->buffer) != VK_SUCCESS) return -1;
   VkMemoryRequirements req;
   vk->vkGetBufferMemoryRequirements(raw->device, out->buffer, &req);
-  uint32_t type = pick_host_type(raw, req.memoryTypeBits);
+  uint32_t type = pick_host_type(raw, req.memoryTypeBits, local);
   VkMemoryAllocateInfo alloc = {
       .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = req.size, .memoryTypeIndex = type};
   void *map = NULL;
@@ -88,7 +111,7 @@ static int host_buffer_make(raw_baseline *raw, VkDeviceSize bytes, host_buffer *
     memset(out, 0, sizeof *out);
     return -1;
   }
-  raw->coherent = raw->memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  out->coherent = raw->memory.memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
   out->bytes = bytes;
   out->map = map;
   return 0;
@@ -126,6 +149,11 @@ static raw_baseline *vulkan_open(ferry_device *dev, char why[256]) {
   VkPhysicalDeviceProperties p;
   vk->vkGetPhysicalDeviceProperties(raw->phys, &p);
   raw->atom = p.limits.nonCoherentAtomSize ? p.limits.nonCoherentAtomSize : 1;
+  if (p.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU || p.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU)
+    for (uint32_t i = 0; i < raw->memory.memoryTypeCount; i++) {
+      VkFlags f = raw->memory.memoryTypes[i].propertyFlags;
+      if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT)) raw->unified = true;
+    }
   VkCommandPoolCreateInfo pool = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
                                   .queueFamilyIndex = raw->family};
@@ -148,6 +176,8 @@ static void vulkan_close(raw_baseline *raw) {
   if (!raw) return;
   raw->vk->vkQueueWaitIdle(raw->queue);
   host_buffer_free(raw, &raw->staging);
+  for (int i = 0; i < 2; i++)
+    host_buffer_free(raw, &raw->shadows[i].buf);
   while (raw->pinned) {
     host_buffer *b = raw->pinned;
     raw->pinned = b->next;
@@ -185,11 +215,11 @@ static int copy_wait(raw_baseline *raw, VkBuffer src, VkDeviceSize so, VkBuffer 
 static int staging_for(raw_baseline *raw, size_t bytes) {
   if (raw->staging.bytes >= bytes) return 0;
   host_buffer_free(raw, &raw->staging);
-  return host_buffer_make(raw, bytes, &raw->staging);
+  return host_buffer_make(raw, bytes, false, &raw->staging);
 }
 
 static int sync_range(raw_baseline *raw, host_buffer *b, bool flush) {
-  if (raw->coherent) return 0;
+  if (b->coherent) return 0;
   VkMappedMemoryRange r = {.sType = VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE, .memory = b->memory, .size = VK_WHOLE_SIZE};
   VkResult res = flush ? raw->vk->vkFlushMappedMemoryRanges(raw->device, 1, &r)
                        : raw->vk->vkInvalidateMappedMemoryRanges(raw->device, 1, &r);
@@ -236,7 +266,7 @@ static int vulkan_d2d(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, siz
 
 static void *vulkan_host_alloc(raw_baseline *raw, size_t bytes) {
   host_buffer *b = calloc(1, sizeof *b);
-  if (!b || host_buffer_make(raw, bytes, b)) {
+  if (!b || host_buffer_make(raw, bytes, false, b)) {
     free(b);
     return NULL;
   }
@@ -286,6 +316,48 @@ static int vulkan_alloc_free(raw_baseline *raw, size_t bytes) {
   return rc;
 }
 
+/* ---- the mapped way -------------------------------------------------------------- */
+
+static bool vulkan_alt_available(raw_baseline *raw) { return raw->unified; }
+
+/* The mapped buffer standing for ferry buffer `b`, made (or grown) on first use;
+ * the one used least recently makes room. */
+static host_buffer *shadow_of(raw_baseline *raw, ferry_buffer b, size_t bytes) {
+  shadow *use = NULL;
+  for (int i = 0; i < 2 && !use; i++)
+    if (raw->shadows[i].id == b.id && raw->shadows[i].buf.bytes >= bytes) use = &raw->shadows[i];
+  if (!use) {
+    use = raw->shadows[0].stamp <= raw->shadows[1].stamp ? &raw->shadows[0] : &raw->shadows[1];
+    host_buffer_free(raw, &use->buf);
+    use->id = 0;
+    if (host_buffer_make(raw, bytes, true, &use->buf)) return NULL;
+    use->id = b.id;
+  }
+  use->stamp = ++raw->clock;
+  return &use->buf;
+}
+
+static int vulkan_h2d_mapped(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  host_buffer *s = shadow_of(raw, dst, bytes);
+  if (!s) return -1;
+  memcpy(s->map, src, bytes);
+  return sync_range(raw, s, true);
+}
+
+static int vulkan_d2h_mapped(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
+  host_buffer *s = shadow_of(raw, src, bytes);
+  if (!s || sync_range(raw, s, false)) return -1;
+  memcpy(dst, s->map, bytes);
+  return 0;
+}
+
+static int vulkan_d2d_mapped(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes) {
+  host_buffer *s = shadow_of(raw, src, bytes), *d = s ? shadow_of(raw, dst, bytes) : NULL;
+  if (!d || sync_range(raw, s, false)) return -1;
+  memcpy(d->map, s->map, bytes);
+  return sync_range(raw, d, true);
+}
+
 static const raw_ops vulkan_raw = {
     .backend = "vulkan",
     .h2d_name = "memcpy+vkCmdCopyBuffer",
@@ -299,6 +371,17 @@ static const raw_ops vulkan_raw = {
     .host_alloc = vulkan_host_alloc,
     .host_free = vulkan_host_free,
     .alloc_free = vulkan_alloc_free,
+    .alloc_name = "vkCreateBuffer+vkAllocateMemory+vkBindBufferMemory, then the frees",
+    .tag = "staging",
+    .alt_available = vulkan_alt_available,
+    .alt_tag = "mapped",
+    .h2d_alt_name = "memcpy into mapped device-local memory",
+    .d2h_alt_name = "memcpy out of mapped device-local memory",
+    .d2d_alt_name = "memcpy between two mapped buffers",
+    .h2d_alt = vulkan_h2d_mapped,
+    .d2h_alt = vulkan_d2h_mapped,
+    .d2d_alt = vulkan_d2d_mapped,
+    .alt_own_memory = true,
 };
 
 const raw_ops *raw_vulkan_ops(void) { return &vulkan_raw; }

@@ -129,19 +129,44 @@ static ferry_status checked_alloc_mem(ferry_device *dev, size_t bytes, ferry_mem
   return FERRY_OK;
 }
 
+/* Lets the oldest quarantined block go, after checking its poison. Called with
+ * the lock held. */
+static ferry_status quarantine_release_oldest(ferry_device *dev, checked_device *cd) {
+  checked_alloc *old = cd->quarantine.next;
+  ferry_status st = verify_freed(dev, old);
+  list_remove(old);
+  cd->quarantine_bytes -= old->bytes;
+  cd->quarantine_count--;
+  free(old->raw);
+  free(old);
+  return st;
+}
+
 /* Lets the oldest quarantined blocks go until the quarantine is within bounds.
  * Called with the lock held. A block whose poison changed is reported on stderr:
  * the call that pushed it out is not the one at fault. */
 static void quarantine_trim(ferry_device *dev, checked_device *cd, size_t keep_bytes, size_t keep_count) {
-  while (cd->quarantine_count > keep_count || cd->quarantine_bytes > keep_bytes) {
-    checked_alloc *old = cd->quarantine.next;
-    if (verify_freed(dev, old) != FERRY_OK) fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
-    list_remove(old);
-    cd->quarantine_bytes -= old->bytes;
-    cd->quarantine_count--;
-    free(old->raw);
-    free(old);
+  while (cd->quarantine_count > keep_count || cd->quarantine_bytes > keep_bytes)
+    if (quarantine_release_oldest(dev, cd) != FERRY_OK)
+      fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
+}
+
+/* ferry_device_trim, and a retry after out-of-memory: the whole quarantine goes
+ * back; the first write after free found on the way is the call's error. */
+static ferry_status checked_trim(ferry_device *dev) {
+  checked_device *cd = dev->impl;
+  ferry_status first = FERRY_OK;
+  char saved[1024] = "";
+  pthread_mutex_lock(&cd->lock);
+  while (cd->quarantine_count > 0) {
+    if (quarantine_release_oldest(dev, cd) != FERRY_OK && first == FERRY_OK) {
+      first = FERRY_ERROR_BACKEND;
+      snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    }
   }
+  pthread_mutex_unlock(&cd->lock);
+  if (first != FERRY_OK) ferry__fail(first, "%s (found while giving the quarantine back)", saved);
+  return first;
 }
 
 static ferry_status checked_free(ferry_device *dev, ferry_mem *mem) {
@@ -168,6 +193,8 @@ static ferry_status checked_free(ferry_device *dev, ferry_mem *mem) {
 static ferry_status check_mem(const ferry_device *dev, const ferry_mem *mem) {
   return mem->impl ? verify(dev, mem->impl) : FERRY_OK; /* zero-copy memory has no guards */
 }
+
+static ferry_status checked_check(ferry_device *dev, const ferry_mem *mem) { return check_mem(dev, mem); }
 
 static ferry_status checked_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
   ferry_status st = check_mem(dev, dst);
@@ -209,6 +236,12 @@ static void checked_destroy(ferry_device *dev) {
   pthread_mutex_destroy(&cd->lock);
 }
 
+static ferry_status checked_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  (void)dev;
+  ferry__host_driver_info(out);
+  return FERRY_OK;
+}
+
 static const ferry_device_ops checked_ops = {
     .alloc = checked_alloc_mem,
     .free = checked_free,
@@ -216,6 +249,9 @@ static const ferry_device_ops checked_ops = {
     .read = checked_read,
     .copy = checked_copy,
     .synchronize = checked_synchronize,
+    .driver_info = checked_driver_info,
+    .trim = checked_trim,
+    .check = checked_check,
     .destroy = checked_destroy,
 };
 
@@ -228,7 +264,7 @@ static ferry_status checked_probe(ferry_probe *probe) {
   list_init(&cd->live);
   list_init(&cd->quarantine);
   cd->quarantine_bytes = cd->quarantine_count = 0;
-  uint64_t memory = ferry__host_memory();
+  uint64_t memory = ferry__host_ram();
   ferry_device_desc desc = {
       .ops = &checked_ops,
       .impl = cd,
@@ -244,4 +280,4 @@ static ferry_status checked_probe(ferry_probe *probe) {
   return ferry__device_add(probe, &desc);
 }
 
-const ferry_backend ferry_backend_checked = {.name = "checked", .probe = checked_probe};
+const ferry_backend ferry_backend_checked = {.name = "checked", .probe = checked_probe, .fork_safe = true};

@@ -11,22 +11,20 @@
  * Memory: cuMemAlloc. A synchronous cuMemcpyHtoD from pageable memory may
  * return once the bytes are staged, before the DMA lands; ferry's writes are
  * complete on return, through a stream synchronisation (or, FERRY_CUDA_H2D,
- * CU_POINTER_ATTRIBUTE_SYNC_MEMOPS or a pinned bounce buffer). Host-pointer
- * buffers: cuMemHostRegister (PORTABLE |
- * DEVICEMAP) over the user's array, which stays plain coherent host memory
- * (ferry_mem.host). Pinned host memory: cuMemHostAlloc(PORTABLE). The core's
- * staging pipeline moves pageable data through pinned slots with
- * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a per-device stream and one event per
- * slot. docs/backends/cuda.md has the whole mapping and the reasons.
+ * CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, or the core's bounce through pinned memory).
+ * Host-pointer buffers: cuMemHostRegister (PORTABLE | DEVICEMAP) over the
+ * user's array, which stays plain coherent host memory (ferry_mem.host).
+ * Pinned memory for the core's engine: cuMemHostAlloc(PORTABLE), or
+ * cuMemHostRegister(PORTABLE) of a block another allocator made; DMA is
+ * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a per-device stream for each
+ * direction, with an event from a per-device pool as the ticket.
+ * docs/backends/cuda.md has the whole mapping and the reasons.
  */
-#if !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* RTLD_NODELETE */
-#endif
 #include "cuda_api.h"
 
 #include "../../core/backend.h"
+#include "../../core/library.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,44 +32,36 @@
 #include <unistd.h>
 
 #define CUDA_MAX_DEVICES 64
-#define BOUNCE_SLOTS     4
-#define BOUNCE_BYTES     ((size_t)64 << 10)
-#define HOST_ALIGN       ((size_t)4096) /* what ferry_host_alloc promises */
+#define BOUNCE_BYTES     ((size_t)64 << 10) /* FERRY_CUDA_H2D=bounce: writes the core bounces */
 
 /* How a synchronous write from pageable memory is made complete on return. */
 typedef enum h2d_mode {
   H2D_STREAM, /* cuMemcpyHtoD, then cuStreamSynchronize of the legacy stream (default: the fastest) */
   H2D_MEMOPS, /* the allocation carries SYNC_MEMOPS: cuMemcpyHtoD itself waits */
-  H2D_BOUNCE, /* small writes through a pinned bounce buffer, larger ones as H2D_STREAM */
+  H2D_BOUNCE, /* small writes through the core's pinned memory, larger ones as H2D_STREAM */
 } h2d_mode;
 
 static const char *const h2d_mode_names[] = {"stream", "memops", "bounce"};
 
-typedef struct bounce_slot {
-  pthread_mutex_t lock;
-  void *host; /* BOUNCE_BYTES of pinned memory, or NULL */
-} bounce_slot;
-
-/* A block from ferry_host_alloc that had to be aligned by hand. */
-typedef struct shifted_block {
-  struct shifted_block *next;
-  void *aligned, *base;
-} shifted_block;
+/* Tokens of pinned blocks (the core hands them back with each range). */
+enum {
+  PIN_DRIVER = 0,     /* memory the driver had pinned already: nothing to release */
+  PIN_REGISTERED = 1, /* cuMemHostRegister'd by pin_register: unregister at release */
+};
 
 typedef struct cuda_device {
-  int index; /* among this backend's devices */
+  int index;   /* among this backend's devices */
+  int ordinal; /* CUDA's (cuDeviceGet), DLPack's device id */
   cu_device device;
   cu_context ctx; /* the primary context, retained */
   int cc_major, cc_minor;
   h2d_mode mode;
-  bool peer_enabled; /* FERRY_CUDA_PEER != 0 */
-  cu_stream stream;  /* blocking stream for the staging pipeline */
-  cu_event events[FERRY_STAGE_SLOTS];
-  bounce_slot bounce[BOUNCE_SLOTS];
+  bool peer_enabled;   /* FERRY_CUDA_PEER != 0 */
+  cu_stream stream[2]; /* blocking streams for DMA, one per ferry_dma_dir, so that the two ways overlap */
+  pthread_mutex_t events_lock;
+  cu_event *events; /* idle events: each ticket is one, recorded after its copy */
+  size_t event_count, event_capacity;
   _Atomic int peer[CUDA_MAX_DEVICES]; /* 0 not yet asked, 1 peer copies, -1 staged */
-  pthread_mutex_t shifted_lock;
-  shifted_block *shifted;
-  _Atomic int shifted_count;
   char name[300];
 } cuda_device;
 
@@ -187,25 +177,6 @@ static void ctx_leave(const ctx_scope *scope) {
 
 /* ---- host memory helpers -------------------------------------------------------- */
 
-static bool ranges_overlap(const void *a, const void *b, size_t n) {
-  uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
-  return x < y + n && y < x + n;
-}
-
-/* memmove semantics; in parallel when the ranges are apart and large. */
-static void host_move(void *dst, const void *src, size_t n) {
-  if (dst == src) return;
-  if (ranges_overlap(dst, src, n))
-    memmove(dst, src, n);
-  else
-    ferry__parallel_memcpy(dst, src, n);
-}
-
-static uint64_t host_ram(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
-}
-
 static size_t page_size(void) {
   long page = sysconf(_SC_PAGESIZE);
   return page > 0 ? (size_t)page : 4096;
@@ -269,44 +240,21 @@ static ferry_status cuda_free(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-/* ---- bounce buffers (FERRY_CUDA_H2D=bounce) ---------------------------------------- */
-
-static int bounce_take(cuda_device *cd) {
-  for (int i = 0; i < BOUNCE_SLOTS; i++)
-    if (cd->bounce[i].host && pthread_mutex_trylock(&cd->bounce[i].lock) == 0) return i;
-  return -1;
-}
-
 /* ---- transfers ------------------------------------------------------------------------ */
 
+/* From pageable memory (the core sends pinned memory by DMA). */
 static ferry_status cuda_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  if (dst->host) { /* registered host memory: plain, coherent */
-    host_move((char *)dst->host + off, src, n);
-    return FERRY_OK;
-  }
   cuda_device *cd = dev->impl;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr to = (cu_deviceptr)dst->handle + off;
-  cu_result r;
   const char *call = "cuMemcpyHtoD_v2";
-  int slot;
-  if (cd->mode == H2D_MEMOPS && dst->impl == MEMOPS_TAG) {
-    r = API.cuMemcpyHtoD(to, src, n); /* complete on return: SYNC_MEMOPS */
-  } else if (ferry__host_is_pinned(dev->backend, src, n)) {
-    r = API.cuMemcpyHtoD(to, src, n); /* from pinned memory: synchronous */
-  } else if (cd->mode == H2D_BOUNCE && n <= BOUNCE_BYTES && (slot = bounce_take(cd)) >= 0) {
-    memcpy(cd->bounce[slot].host, src, n);
-    r = API.cuMemcpyHtoD(to, cd->bounce[slot].host, n); /* from pinned memory: synchronous */
-    pthread_mutex_unlock(&cd->bounce[slot].lock);
-    call = "cuMemcpyHtoD_v2 (from the pinned bounce buffer)";
-  } else {
-    r = API.cuMemcpyHtoD(to, src, n);
-    if (r == FCU_SUCCESS) {
-      r = API.cuStreamSynchronize(NULL);
-      call = "cuStreamSynchronize (legacy stream, after cuMemcpyHtoD_v2)";
-    }
+  cu_result r = API.cuMemcpyHtoD(to, src, n);
+  if (r == FCU_SUCCESS && !(cd->mode == H2D_MEMOPS && dst->impl == MEMOPS_TAG)) {
+    /* Complete on return: without SYNC_MEMOPS the DMA may still be under way. */
+    r = API.cuStreamSynchronize(NULL);
+    call = "cuStreamSynchronize (legacy stream, after cuMemcpyHtoD_v2)";
   }
   if (r != FCU_SUCCESS)
     st = cu_fail(dev, r, "%s of %zu bytes from host %p to device 0x%llx (offset %zu of a %zu-byte allocation)", call, n,
@@ -316,10 +264,6 @@ static ferry_status cuda_write(ferry_device *dev, ferry_mem *dst, size_t off, co
 }
 
 static ferry_status cuda_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  if (src->host) {
-    host_move(dst, (const char *)src->host + off, n);
-    return FERRY_OK;
-  }
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
@@ -334,14 +278,9 @@ static ferry_status cuda_read(ferry_device *dev, const ferry_mem *src, size_t of
   return st;
 }
 
+/* Between two allocations of device memory (the core copies host-pointer buffers' bytes itself). */
 static ferry_status cuda_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
                               size_t n) {
-  if (src->host && dst->host) {
-    host_move((char *)dst->host + doff, (const char *)src->host + so, n);
-    return FERRY_OK;
-  }
-  if (src->host) return cuda_write(dev, dst, doff, (const char *)src->host + so, n); /* registered: pinned */
-  if (dst->host) return cuda_read(dev, src, so, (char *)dst->host + doff, n);
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
@@ -483,74 +422,109 @@ static ferry_status cuda_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-/* ---- pinned host memory ---------------------------------------------------------------------- */
+/* ---- DLPack: memory allocated outside ferry ------------------------------------------------------ */
 
-static ferry_status cuda_host_alloc(ferry_device *dev, size_t bytes, void **out) {
-  char size[64], ram[64];
-  uint64_t limit = host_ram();
-  size_t rounded = (bytes + HOST_ALIGN - 1) & ~(HOST_ALIGN - 1);
-  if (bytes > limit || rounded < bytes)
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "cannot pin %s of host memory for %s: the host has %s of RAM",
-                       ferry__bytes_text(bytes, size), dev->label, ferry__bytes_text(limit, ram));
+/* A CUdeviceptr from another library (a DLPack import): the driver must know it
+ * as this GPU's memory, and the tensor must lie inside one allocation. */
+static ferry_status cuda_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                        ferry_mem *out, ferry_refusal *out_refusal) {
+  cuda_device *cd = dev->impl;
+  cu_deviceptr p = (cu_deviceptr)data + byte_offset;
+  *out_refusal = FERRY_REFUSAL_DRIVER;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
-  cuda_device *cd = dev->impl;
-  void *p = NULL;
-  cu_result r = API.cuMemHostAlloc(&p, rounded, FCU_MEMHOSTALLOC_PORTABLE);
-  if (r == FCU_SUCCESS && ((uintptr_t)p & (HOST_ALIGN - 1))) {
-    /* Not page-aligned: over-allocate and align by hand, remembering the base. */
-    (void)API.cuMemFreeHost(p);
-    p = NULL;
-    shifted_block *b = malloc(sizeof *b);
-    size_t padded = rounded + HOST_ALIGN;
-    if (!b || padded < rounded) {
-      free(b);
-      ctx_leave(&scope);
-      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
-    }
-    r = API.cuMemHostAlloc(&b->base, padded, FCU_MEMHOSTALLOC_PORTABLE);
-    if (r == FCU_SUCCESS) {
-      b->aligned = (void *)(((uintptr_t)b->base + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1));
-      p = b->aligned;
-      pthread_mutex_lock(&cd->shifted_lock);
-      b->next = cd->shifted;
-      cd->shifted = b;
-      atomic_fetch_add(&cd->shifted_count, 1);
-      pthread_mutex_unlock(&cd->shifted_lock);
-    } else {
-      free(b);
-    }
+  unsigned int type = 0;
+  int ordinal = -1;
+  cu_deviceptr start = 0;
+  size_t size = 0;
+  cu_pointer_attribute attrs[4] = {FCU_POINTER_ATTRIBUTE_MEMORY_TYPE, FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                   FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR, FCU_POINTER_ATTRIBUTE_RANGE_SIZE};
+  void *values[4] = {&type, &ordinal, &start, &size};
+  cu_result r = API.cuPointerGetAttributes(4, attrs, values, p);
+  ctx_leave(&scope);
+  char size_text[64];
+  ferry__bytes_text(bytes, size_text);
+  if (r != FCU_SUCCESS) {
+    char err[768];
+    return ferry__fail(FERRY_ERROR_REFUSED, "cuPointerGetAttributes(0x%llx) on %s failed: %s", (unsigned long long)p,
+                       dev->label, ferry__cuda_error_text(r, err, sizeof err));
   }
-  if (r != FCU_SUCCESS)
-    st = cu_fail(dev, r, "cuMemHostAlloc(%s, PORTABLE)", ferry__bytes_text(rounded, size));
-  else
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (type == 0)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the CUDA driver does not know 0x%llx as memory (on %s)",
+                       (unsigned long long)p, dev->label);
+  if (type != FCU_MEMORYTYPE_DEVICE && type != FCU_MEMORYTYPE_UNIFIED)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "0x%llx is host memory registered with CUDA, not device memory (DLPack calls it kDLCUDAHost)",
+                       (unsigned long long)p);
+  if (ordinal != cd->ordinal)
+    return ferry__fail(FERRY_ERROR_REFUSED, "0x%llx is memory of CUDA device %d, not of %s (CUDA device %d)",
+                       (unsigned long long)p, ordinal, dev->label, cd->ordinal);
+  if (size > 0 && !(p >= start && p - start <= size && bytes <= size - (p - start)))
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "%s at 0x%llx run past the end of the allocation they lie in (0x%llx, %zu bytes) on %s",
+                       size_text, (unsigned long long)p, (unsigned long long)start, size, dev->label);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = (uintptr_t)p, .host = NULL, .impl = NULL, .bytes = bytes};
+  return FERRY_OK;
+}
+
+static ferry_dl_device cuda_dlpack_device(const ferry_device *dev) {
+  const cuda_device *cd = dev->impl;
+  return (ferry_dl_device){FERRY_DL_CUDA, cd->ordinal};
+}
+
+/* ---- pinned host memory ---------------------------------------------------------------------- */
+
+static ferry_status cuda_pin_alloc(ferry_device *dev, size_t bytes, void **out, uintptr_t *token) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  void *p = NULL;
+  cu_result r = API.cuMemHostAlloc(&p, bytes, FCU_MEMHOSTALLOC_PORTABLE);
+  if (r != FCU_SUCCESS) {
+    char size[64];
+    st = cu_fail(dev, r, "cuMemHostAlloc(%s, PORTABLE)", ferry__bytes_text(bytes, size));
+  } else {
     *out = p;
+    *token = PIN_DRIVER;
+  }
   ctx_leave(&scope);
   return st;
 }
 
-static void cuda_host_free(ferry_device *dev, void *ptr, size_t bytes) {
-  (void)bytes;
-  cuda_device *cd = dev->impl;
-  void *base = ptr;
-  if (atomic_load(&cd->shifted_count) > 0) {
-    pthread_mutex_lock(&cd->shifted_lock);
-    for (shifted_block **link = &cd->shifted; *link; link = &(*link)->next) {
-      if ((*link)->aligned == ptr) {
-        shifted_block *b = *link;
-        *link = b->next;
-        base = b->base;
-        free(b);
-        atomic_fetch_sub(&cd->shifted_count, 1);
-        break;
-      }
+static unsigned int memory_type(cu_deviceptr p);
+
+/* A block another allocator made: pinned for every context (PORTABLE). Memory
+ * the driver pinned already (another GPU's block) needs nothing. */
+static ferry_status cuda_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *token) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  *token = PIN_DRIVER;
+  if (memory_type((cu_deviceptr)(uintptr_t)base) != FCU_MEMORYTYPE_HOST) {
+    cu_result r = API.cuMemHostRegister(base, bytes, FCU_MEMHOSTREGISTER_PORTABLE);
+    if (r == FCU_SUCCESS) {
+      *token = PIN_REGISTERED;
+    } else if (r != FCU_ERROR_HOST_MEMORY_ALREADY_REGISTERED) {
+      char size[64];
+      st = cu_fail(dev, r, "cuMemHostRegister_v2(%p, %s, PORTABLE)", base, ferry__bytes_text(bytes, size));
     }
-    pthread_mutex_unlock(&cd->shifted_lock);
   }
+  ctx_leave(&scope);
+  return st;
+}
+
+static void cuda_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated) {
+  (void)bytes;
+  if (!allocated && token != PIN_REGISTERED) return;
   ctx_scope scope;
   if (ctx_enter(dev, &scope) != FERRY_OK) return; /* the context is gone; so is the memory */
-  (void)API.cuMemFreeHost(base);
+  if (allocated)
+    (void)API.cuMemFreeHost(base);
+  else
+    (void)API.cuMemHostUnregister(base);
   ctx_leave(&scope);
 }
 
@@ -565,8 +539,8 @@ static unsigned int memory_type(cu_deviceptr p) {
 }
 
 /* Is the range page-locked memory the driver knows (the user's own cuMemAllocHost
- * or cuMemHostRegister memory)? Blocks from ferry_host_alloc the core knows itself. */
-static bool cuda_host_is_pinned(ferry_device *dev, const void *ptr, size_t bytes) {
+ * or cuMemHostRegister memory)? Blocks of ferry's registry the core knows itself. */
+static bool cuda_host_pinned(ferry_device *dev, const void *ptr, size_t bytes) {
   if (bytes == 0) return false;
   ctx_scope scope;
   if (ctx_enter(dev, &scope) != FERRY_OK) return false;
@@ -585,71 +559,76 @@ static bool cuda_host_is_pinned(ferry_device *dev, const void *ptr, size_t bytes
   return pinned;
 }
 
-/* ---- the staging pipeline -------------------------------------------------------------------- */
+/* ---- DMA for the core's engine --------------------------------------------------------------- */
 
-static ferry_status bad_slot(const ferry_device *dev, unsigned slot) {
-  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "staging slot %u on %s: there are %d", slot, dev->label,
-                     FERRY_STAGE_SLOTS);
+/* An idle event for a ticket (made when none is idle); with the context current. */
+static cu_result event_take(cuda_device *cd, cu_event *out) {
+  pthread_mutex_lock(&cd->events_lock);
+  bool have = cd->event_count > 0;
+  if (have) *out = cd->events[--cd->event_count];
+  pthread_mutex_unlock(&cd->events_lock);
+  return have ? FCU_SUCCESS : API.cuEventCreate(out, FCU_EVENT_DISABLE_TIMING);
 }
 
-static ferry_status cuda_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *pinned_src, size_t n,
-                                     unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  if (dst->host) {
-    memcpy((char *)dst->host + off, pinned_src, n);
-    return FERRY_OK;
+static void event_give(cuda_device *cd, cu_event ev) {
+  pthread_mutex_lock(&cd->events_lock);
+  if (cd->event_count == cd->event_capacity) {
+    size_t cap = cd->event_capacity ? cd->event_capacity * 2 : 16;
+    cu_event *grown = realloc(cd->events, cap * sizeof *grown);
+    if (grown) {
+      cd->events = grown;
+      cd->event_capacity = cap;
+    }
   }
+  bool kept = cd->event_count < cd->event_capacity;
+  if (kept) cd->events[cd->event_count++] = ev;
+  pthread_mutex_unlock(&cd->events_lock);
+  if (!kept) (void)API.cuEventDestroy(ev);
+}
+
+static ferry_status cuda_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                   const ferry_pinned *host, size_t n, ferry_ticket *out) {
   cuda_device *cd = dev->impl;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
-  cu_deviceptr to = (cu_deviceptr)dst->handle + off;
-  const char *call = "cuMemcpyHtoDAsync_v2";
-  cu_result r = API.cuMemcpyHtoDAsync(to, pinned_src, n, cd->stream);
+  cu_deviceptr at = (cu_deviceptr)mem->handle + off;
+  cu_stream stream = cd->stream[dir];
+  cu_event ev = NULL;
+  const char *call = "cuEventCreate";
+  cu_result r = event_take(cd, &ev);
   if (r == FCU_SUCCESS) {
-    r = API.cuEventRecord(cd->events[slot], cd->stream);
-    call = "cuEventRecord (after cuMemcpyHtoDAsync_v2)";
+    call = dir == FERRY_DMA_TO_DEVICE ? "cuMemcpyHtoDAsync_v2" : "cuMemcpyDtoHAsync_v2";
+    r = dir == FERRY_DMA_TO_DEVICE ? API.cuMemcpyHtoDAsync(at, host->host, n, stream)
+                                   : API.cuMemcpyDtoHAsync(host->host, at, n, stream);
   }
-  if (r != FCU_SUCCESS)
-    st = cu_fail(dev, r, "%s of %zu bytes from staging slot %u to device 0x%llx (offset %zu)", call, n, slot,
-                 (unsigned long long)to, off);
+  if (r == FCU_SUCCESS) {
+    call = "cuEventRecord";
+    r = API.cuEventRecord(ev, stream);
+  }
+  if (r != FCU_SUCCESS) {
+    if (ev) event_give(cd, ev);
+    st = dir == FERRY_DMA_TO_DEVICE
+             ? cu_fail(dev, r, "%s of %zu bytes from pinned host memory %p to device 0x%llx (offset %zu)", call, n,
+                       host->host, (unsigned long long)at, off)
+             : cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to pinned host memory %p", call, n,
+                       (unsigned long long)at, off, host->host);
+  } else {
+    *out = (ferry_ticket)(uintptr_t)ev;
+  }
   ctx_leave(&scope);
   return st;
 }
 
-static ferry_status cuda_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *pinned_dst, size_t n,
-                                    unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  if (src->host) {
-    memcpy(pinned_dst, (const char *)src->host + off, n);
-    return FERRY_OK;
-  }
+static ferry_status cuda_dma_wait(ferry_device *dev, ferry_ticket ticket) {
   cuda_device *cd = dev->impl;
+  cu_event ev = (cu_event)(uintptr_t)ticket;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
-  cu_deviceptr from = (cu_deviceptr)src->handle + off;
-  const char *call = "cuMemcpyDtoHAsync_v2";
-  cu_result r = API.cuMemcpyDtoHAsync(pinned_dst, from, n, cd->stream);
-  if (r == FCU_SUCCESS) {
-    r = API.cuEventRecord(cd->events[slot], cd->stream);
-    call = "cuEventRecord (after cuMemcpyDtoHAsync_v2)";
-  }
-  if (r != FCU_SUCCESS)
-    st = cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to staging slot %u", call, n,
-                 (unsigned long long)from, off, slot);
-  ctx_leave(&scope);
-  return st;
-}
-
-static ferry_status cuda_wait_slot(ferry_device *dev, unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  cuda_device *cd = dev->impl;
-  ctx_scope scope;
-  ferry_status st = ctx_enter(dev, &scope);
-  if (st != FERRY_OK) return st;
-  cu_result r = API.cuEventSynchronize(cd->events[slot]);
-  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (staging slot %u)", slot);
+  cu_result r = API.cuEventSynchronize(ev);
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (waiting for a copy to or from pinned memory)");
+  event_give(cd, ev);
   ctx_leave(&scope);
   return st;
 }
@@ -672,30 +651,68 @@ static ferry_status cuda_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* NVIDIA's kernel driver version from /proc/driver/nvidia/version ("NVRM version:
+ * NVIDIA UNIX x86_64 Kernel Module  580.65.06  Sun Jul 27 ..."): the first word
+ * after "Module" that starts with a digit. False where there is no such file. */
+static bool nvidia_driver_version(char *out, size_t size) {
+  FILE *f = fopen("/proc/driver/nvidia/version", "r");
+  if (!f) return false;
+  char line[512];
+  bool found = false;
+  if (fgets(line, sizeof line, f)) {
+    const char *p = strstr(line, "Module");
+    while (p && *p && !found) {
+      p += strcspn(p, " \t\n");
+      p += strspn(p, " \t");
+      size_t n = strcspn(p, " \t\n");
+      if (n && p[0] >= '0' && p[0] <= '9') {
+        snprintf(out, size, "%.*s", (int)n, p);
+        found = true;
+      }
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+static ferry_status cuda_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  const cuda_device *cd = dev->impl;
+  if (nvidia_driver_version(out->driver_version, sizeof out->driver_version)) {
+    snprintf(out->driver, sizeof out->driver, "NVIDIA");
+  } else {
+    const char *base = strrchr(g.path, '/');
+    snprintf(out->driver, sizeof out->driver, "%.255s", base ? base + 1 : g.path);
+  }
+  if (g.driver_version > 0)
+    snprintf(out->api_version, sizeof out->api_version, "CUDA %d.%d", g.driver_version / 1000,
+             g.driver_version % 1000 / 10);
+  char bus[32] = "";
+  if (API.cuDeviceGetPCIBusId && API.cuDeviceGetPCIBusId(bus, (int)sizeof bus, cd->device) == FCU_SUCCESS) {
+    bus[sizeof bus - 1] = '\0';
+    for (size_t i = 0; bus[i] && i + 1 < sizeof out->pci_bus_id; i++) /* lspci's lowercase */
+      out->pci_bus_id[i] = (char)(bus[i] >= 'A' && bus[i] <= 'F' ? bus[i] - 'A' + 'a' : bus[i]);
+  }
+  cu_uuid uuid;
+  if (API.cuDeviceGetUuid && API.cuDeviceGetUuid(&uuid, cd->device) == FCU_SUCCESS)
+    ferry__uuid_text((const unsigned char *)uuid.bytes, out->uuid);
+  return FERRY_OK;
+}
+
 /* Releases what device_setup made; the context is made current for it. */
 static void device_teardown(cuda_device *cd) {
   if (cd->ctx) {
     if (API.cuCtxPushCurrent(cd->ctx) == FCU_SUCCESS) {
-      for (int i = 0; i < FERRY_STAGE_SLOTS; i++)
-        if (cd->events[i]) (void)API.cuEventDestroy(cd->events[i]);
-      if (cd->stream) (void)API.cuStreamDestroy(cd->stream);
-      for (int i = 0; i < BOUNCE_SLOTS; i++)
-        if (cd->bounce[i].host) (void)API.cuMemFreeHost(cd->bounce[i].host);
-      /* Blocks from ferry_host_alloc are gone by now; any left over are ours. */
-      while (cd->shifted) {
-        shifted_block *b = cd->shifted;
-        cd->shifted = b->next;
-        (void)API.cuMemFreeHost(b->base);
-        free(b);
-      }
+      for (size_t i = 0; i < cd->event_count; i++)
+        (void)API.cuEventDestroy(cd->events[i]);
+      for (int i = 0; i < 2; i++)
+        if (cd->stream[i]) (void)API.cuStreamDestroy(cd->stream[i]);
       cu_context popped;
       (void)API.cuCtxPopCurrent(&popped);
     }
     (void)API.cuDevicePrimaryCtxRelease(cd->device);
   }
-  for (int i = 0; i < BOUNCE_SLOTS; i++)
-    pthread_mutex_destroy(&cd->bounce[i].lock);
-  pthread_mutex_destroy(&cd->shifted_lock);
+  pthread_mutex_destroy(&cd->events_lock);
+  free(cd->events);
   free(cd);
 }
 
@@ -711,15 +728,18 @@ static const ferry_device_ops cuda_ops = {
     .host_ptr_import = cuda_host_ptr_import,
     .host_ptr_sync = cuda_host_ptr_sync,
     .host_ptr_release = cuda_host_ptr_release,
-    .host_alloc = cuda_host_alloc,
-    .host_free = cuda_host_free,
+    .pin_alloc = cuda_pin_alloc,
+    .pin_register = cuda_pin_register,
+    .pin_release = cuda_pin_release,
+    .host_pinned = cuda_host_pinned,
+    .dma_start = cuda_dma_start,
+    .dma_wait = cuda_dma_wait,
     .synchronize = cuda_synchronize,
     .native = cuda_native,
     .free_memory = cuda_free_memory,
-    .write_async = cuda_write_async,
-    .read_async = cuda_read_async,
-    .wait_slot = cuda_wait_slot,
-    .host_is_pinned = cuda_host_is_pinned,
+    .driver_info = cuda_driver_info,
+    .foreign_import = cuda_foreign_import,
+    .dlpack_device = cuda_dlpack_device,
     .destroy = cuda_destroy,
 };
 
@@ -727,28 +747,22 @@ static const ferry_device_ops cuda_ops = {
 
 static void unload_library(void) {
   atomic_store(&g.loaded, false);
-  if (g.lib) dlclose(g.lib);
+  ferry__library_close(g.lib);
   g.lib = NULL;
   memset(&g.api, 0, sizeof g.api);
 }
 
 static ferry_status load_library(void) {
-  const char *env = getenv("FERRY_CUDA_LIBRARY");
+  const char *env = ferry__option_text("FERRY_CUDA_LIBRARY");
   snprintf(g.path, sizeof g.path, "%s", env && *env ? env : "libcuda.so.1");
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifdef RTLD_NODELETE
-  flags |= RTLD_NODELETE; /* the driver keeps threads and handlers: never unmap it */
-#endif
-  dlerror();
-  g.lib = dlopen(g.path, flags);
-  if (!g.lib) {
-    const char *why = dlerror();
-    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why ? why : g.path);
-  }
+  char why[512];
+  bool keep_loaded = true; /* the driver keeps threads and handlers: never unmap it */
+  g.lib = ferry__library_open(g.path, keep_loaded, why, sizeof why);
+  if (!g.lib) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", why);
   const char *missing = NULL;
 #define LOOKUP(required, member, symbol, ret, params)                                                                  \
   {                                                                                                                    \
-    void *sym = dlsym(g.lib, symbol);                                                                                  \
+    void *sym = ferry__library_symbol(g.lib, symbol);                                                                  \
     memcpy(&g.api.member, &sym, sizeof sym);                                                                           \
     if (!sym && required && !missing) missing = symbol;                                                                \
   }
@@ -765,15 +779,15 @@ static ferry_status load_library(void) {
 }
 
 static h2d_mode mode_from_env(void) {
-  const char *env = getenv("FERRY_CUDA_H2D");
+  const char *env = ferry__option_text("FERRY_CUDA_H2D"); /* one of the names, checked at ferry_init */
   if (env)
     for (int m = 0; m < 3; m++)
       if (strcmp(env, h2d_mode_names[m]) == 0) return (h2d_mode)m;
   return H2D_STREAM;
 }
 
-/* Fills in one GPU: its properties, primary context, stream, events, bounce
- * buffers. On failure sets the sentence; the caller tears down. */
+/* Fills in one GPU: its properties, primary context, streams. On failure sets
+ * the sentence; the caller tears down. */
 static ferry_status device_setup(cuda_device *cd, int ordinal, ferry_device_desc *desc) {
   char err[768];
   cu_result r = API.cuDeviceGet(&cd->device, ordinal);
@@ -805,17 +819,9 @@ static ferry_status device_setup(cuda_device *cd, int ordinal, ferry_device_desc
     return ferry__fail(FERRY_ERROR_BACKEND, "cuCtxPushCurrent_v2 for CUDA device %d (%s) failed: %s", ordinal, cd->name,
                        ferry__cuda_error_text(r, err, sizeof err));
   const char *call = "cuStreamCreate";
-  r = API.cuStreamCreate(&cd->stream, FCU_STREAM_DEFAULT);
-  for (int i = 0; i < FERRY_STAGE_SLOTS && r == FCU_SUCCESS; i++) {
-    r = API.cuEventCreate(&cd->events[i], FCU_EVENT_DISABLE_TIMING);
-    call = "cuEventCreate";
-  }
-  if (r == FCU_SUCCESS && cd->mode == H2D_BOUNCE) {
-    for (int i = 0; i < BOUNCE_SLOTS && r == FCU_SUCCESS; i++) {
-      r = API.cuMemHostAlloc(&cd->bounce[i].host, BOUNCE_BYTES, FCU_MEMHOSTALLOC_PORTABLE);
-      call = "cuMemHostAlloc (bounce buffer)";
-    }
-  }
+  r = FCU_SUCCESS;
+  for (int i = 0; i < 2 && r == FCU_SUCCESS; i++)
+    r = API.cuStreamCreate(&cd->stream[i], FCU_STREAM_DEFAULT); /* blocking: ordered with the legacy stream */
   cu_context popped;
   (void)API.cuCtxPopCurrent(&popped);
   if (r != FCU_SUCCESS)
@@ -831,7 +837,8 @@ static ferry_status device_setup(cuda_device *cd, int ordinal, ferry_device_desc
       .zero_copy = false,
       .host_ptr = uva && map_host,
       .host_ptr_alignment = page_size(), /* registration pins whole pages */
-      .caps = FERRY_CAP_CACHE,
+      .caps = FERRY_CAP_CACHE | FERRY_CAP_STAGE,
+      .bounce_max = cd->mode == H2D_BOUNCE ? BOUNCE_BYTES : 0,
   };
   return FERRY_OK;
 }
@@ -852,17 +859,16 @@ static ferry_status cuda_probe(ferry_probe *probe) {
   if (count <= 0) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "the CUDA driver (%s) reports no devices", g.path);
   if (count > CUDA_MAX_DEVICES) count = CUDA_MAX_DEVICES;
   h2d_mode mode = mode_from_env();
-  const char *peer_env = getenv("FERRY_CUDA_PEER");
-  bool peer = !(peer_env && strcmp(peer_env, "0") == 0);
+  uint64_t peer_set;
+  bool peer = !ferry__option_number("FERRY_CUDA_PEER", &peer_set) || peer_set == 1;
   int added = 0;
   char first_failure[1024] = "";
   for (int ordinal = 0; ordinal < count; ordinal++) {
     cuda_device *cd = calloc(1, sizeof *cd);
     if (!cd) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for CUDA device %d", ordinal);
-    for (int i = 0; i < BOUNCE_SLOTS; i++)
-      pthread_mutex_init(&cd->bounce[i].lock, NULL);
-    pthread_mutex_init(&cd->shifted_lock, NULL);
+    pthread_mutex_init(&cd->events_lock, NULL);
     cd->index = added;
+    cd->ordinal = ordinal;
     cd->mode = mode;
     cd->peer_enabled = peer;
     ferry_device_desc desc;
@@ -886,4 +892,25 @@ static ferry_status cuda_probe(ferry_probe *probe) {
 
 static void cuda_unload(void) { unload_library(); }
 
-const ferry_backend ferry_backend_cuda = {.name = "cuda", .probe = cuda_probe, .unload = cuda_unload};
+static const ferry_option_def cuda_options[] = {
+    {.name = "FERRY_CUDA_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = "libcuda.so.1",
+     .range = "a library name or path for dlopen",
+     .description = "the CUDA driver library to load"},
+    {.name = "FERRY_CUDA_H2D",
+     .type = FERRY_OPTION_CHOICE,
+     .words = "stream,memops,bounce",
+     .default_value = "stream",
+     .range = "stream, memops or bounce",
+     .description = "how a write from pageable memory is made complete (docs/backends/cuda.md)"},
+    {.name = "FERRY_CUDA_PEER",
+     .type = FERRY_OPTION_SWITCH,
+     .default_value = "1",
+     .range = "0 or 1",
+     .description = "0: never copy peer to peer between GPUs (copies are staged through host memory)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_cuda = {
+    .name = "cuda", .options = cuda_options, .probe = cuda_probe, .unload = cuda_unload};

@@ -30,6 +30,7 @@ typedef CUmodule cu_module;
 typedef CUfunction cu_function;
 typedef CUdevice_attribute cu_device_attribute;
 typedef CUpointer_attribute cu_pointer_attribute;
+typedef CUuuid cu_uuid;
 #else
 typedef int cu_result; /* CUresult */
 typedef int cu_device; /* CUdevice: an ordinal-like handle; 0 is a valid device */
@@ -41,6 +42,9 @@ typedef struct cu_mod_st *cu_module;
 typedef struct cu_func_st *cu_function;
 typedef int cu_device_attribute;
 typedef int cu_pointer_attribute;
+typedef struct cu_uuid {
+  char bytes[16];
+} cu_uuid; /* CUuuid */
 #endif
 
 /* CUresult values ferry names or acts on. */
@@ -104,6 +108,7 @@ enum {
   FCU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3,
   FCU_POINTER_ATTRIBUTE_HOST_POINTER = 4,
   FCU_POINTER_ATTRIBUTE_SYNC_MEMOPS = 6,
+  FCU_POINTER_ATTRIBUTE_DEVICE_ORDINAL = 9,
   FCU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11,
   FCU_POINTER_ATTRIBUTE_RANGE_SIZE = 12,
 };
@@ -141,6 +146,8 @@ enum {
   X(1, cuDeviceTotalMem, "cuDeviceTotalMem_v2", cu_result, (size_t * bytes, cu_device dev))                            \
   X(1, cuDeviceGetAttribute, "cuDeviceGetAttribute", cu_result,                                                        \
     (int *value, cu_device_attribute attrib, cu_device dev))                                                           \
+  X(0, cuDeviceGetUuid, "cuDeviceGetUuid_v2", cu_result, (cu_uuid * uuid, cu_device dev))                              \
+  X(0, cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId", cu_result, (char *pci_bus_id, int len, cu_device dev))              \
   X(1, cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", cu_result, (int *can, cu_device dev, cu_device peer))           \
   X(1, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", cu_result, (cu_context * ctx, cu_device dev))             \
   X(1, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", cu_result, (cu_device dev))                          \

@@ -2,7 +2,10 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/utsname.h>
+#ifdef __GLIBC__
+#include <gnu/libc-version.h>
+#endif
 
 void ferry__host_cpu_name(char *buf, size_t size) {
   snprintf(buf, size, "host CPU");
@@ -23,7 +26,28 @@ void ferry__host_cpu_name(char *buf, size_t size) {
   fclose(f);
 }
 
-uint64_t ferry__host_memory(void) {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : (uint64_t)1 << 32;
+/* MemAvailable from /proc/meminfo: what the kernel can give without swapping; 0 if unknown. */
+static uint64_t host_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  bool found = false;
+  while (!found && fgets(line, sizeof line, f))
+    found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+  fclose(f);
+  return found ? (uint64_t)kib * 1024 : 0;
+}
+
+void ferry__host_driver_info(ferry_driver_info *out) {
+#ifdef __GLIBC__
+  snprintf(out->driver, sizeof out->driver, "glibc");
+  snprintf(out->driver_version, sizeof out->driver_version, "%s", gnu_get_libc_version());
+#else
+  snprintf(out->driver, sizeof out->driver, "libc");
+#endif
+  struct utsname u;
+  if (uname(&u) == 0)
+    snprintf(out->api_version, sizeof out->api_version, "%.64s %.128s %.32s", u.sysname, u.release, u.machine);
+  out->free_memory = host_available();
 }

@@ -1,9 +1,9 @@
 /*
  * native: the host CPU, whose device memory is host memory.
  *
- * Allocations are 64-byte aligned (a cache line, and the widest vector loads).
- * Large copies go through the core's thread pool: one core's memcpy reaches only
- * part of what the memory system moves.
+ * Allocations are 64-byte aligned (a cache line, and the widest vector loads)
+ * and plain host memory (ferry_mem.host), so the core moves their bytes itself,
+ * on its copy threads; the backend only allocates.
  */
 #include "../../core/backend.h"
 #include "host_info.h"
@@ -31,18 +31,7 @@ static ferry_status native_free(ferry_device *dev, ferry_mem *mem) {
   return FERRY_OK;
 }
 
-static ferry_status native_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  (void)dev;
-  ferry__host_move((char *)dst->host + off, src, n);
-  return FERRY_OK;
-}
-
-static ferry_status native_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  (void)dev;
-  ferry__host_move(dst, (const char *)src->host + off, n);
-  return FERRY_OK;
-}
-
+/* The core copies ferry_mem.host memory itself; this is for completeness of the table. */
 static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
                                 size_t n) {
   (void)dev;
@@ -50,19 +39,24 @@ static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t 
   return FERRY_OK;
 }
 
+static ferry_status native_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  (void)dev;
+  ferry__host_driver_info(out);
+  return FERRY_OK;
+}
+
 static const ferry_device_ops native_ops = {
     .alloc = native_alloc,
     .free = native_free,
-    .write = native_write,
-    .read = native_read,
     .copy = native_copy,
+    .driver_info = native_driver_info,
 };
 
 static char native_name[256];
 
 static ferry_status native_probe(ferry_probe *probe) {
   ferry__host_cpu_name(native_name, sizeof native_name);
-  uint64_t memory = ferry__host_memory();
+  uint64_t memory = ferry__host_ram();
   ferry_device_desc desc = {
       .ops = &native_ops,
       .name = native_name,
@@ -77,4 +71,4 @@ static ferry_status native_probe(ferry_probe *probe) {
   return ferry__device_add(probe, &desc);
 }
 
-const ferry_backend ferry_backend_native = {.name = "native", .probe = native_probe};
+const ferry_backend ferry_backend_native = {.name = "native", .probe = native_probe, .fork_safe = true};

@@ -10,7 +10,9 @@
  *
  * Buffers: clCreateBuffer, then a 1-byte write, because drivers (NVIDIA's among
  * them) reserve the memory only on first use and would report an out-of-memory
- * at the first transfer instead of at ferry_alloc.
+ * at the first transfer instead of at ferry_alloc. On CPU devices ferry allocates
+ * the memory itself and hands it over with CL_MEM_USE_HOST_PTR (PoCL aborts the
+ * process when its own deferred allocation fails; see cl_alloc_owned).
  *
  * Host-pointer buffers: CL_MEM_USE_HOST_PTR over the user's array. The array is
  * either the host's (mapped) or the device's (unmapped). ferry_host_to_device
@@ -22,10 +24,13 @@
  * the driver's commands move the bytes (clEnqueueCopyBuffer never sees a mapped
  * buffer, which the spec leaves undefined).
  *
- * Devices with memory of their own (GPUs) get pinned host memory (mapped
- * CL_MEM_ALLOC_HOST_PTR buffers) for ferry_host_alloc and the core's staging
- * slots, and the pipelined-transfer operations (non-blocking commands, one event
- * per slot): large transfers from ordinary memory then run at pinned speed.
+ * Pinned memory for the core's engine (ferry_host_alloc, staging rings): a
+ * mapped CL_MEM_ALLOC_HOST_PTR buffer (pin_alloc), or a CL_MEM_USE_HOST_PTR
+ * buffer over a block another allocator made (pin_register). DMA is a
+ * non-blocking clEnqueueWriteBuffer / ReadBuffer from the pinned range, its
+ * event the ticket. Devices with memory of their own (GPUs) stage
+ * (FERRY_CAP_STAGE): large transfers from ordinary memory then run at pinned
+ * speed; on CPU devices staging would only add a copy.
  *
  * Copies between devices of this backend go through host memory (the core
  * stages them): each device has a context of its own.
@@ -44,8 +49,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PINNED_ALIGN 4096
-
 /* ---- backend-wide state -------------------------------------------------- */
 
 static struct {
@@ -63,12 +66,10 @@ const ferry_cl_api *ferry__opencl_api(void) {
 
 /* ---- per-device and per-buffer state ------------------------------------- */
 
-/* A block from ferry_host_alloc backed by a mapped CL_MEM_ALLOC_HOST_PTR buffer. */
+/* A pinned block: a buffer over the host memory (the token). */
 typedef struct pinned_block {
-  struct pinned_block *next;
-  void *user;   /* what the caller got: mapped, rounded up to PINNED_ALIGN */
-  void *mapped; /* what clEnqueueMapBuffer returned */
   cl_mem mem;
+  void *mapped; /* pin_alloc: what clEnqueueMapBuffer returned; NULL for pin_register */
 } pinned_block;
 
 typedef struct cl_device {
@@ -78,17 +79,9 @@ typedef struct cl_device {
   cl_command_queue queue;
   bool is_cpu;
   bool amd_free_memory; /* cl_amd_device_attribute_query: free memory can be asked */
-  bool pinned;          /* host_alloc gives mapped CL_MEM_ALLOC_HOST_PTR memory; pipelined transfers offered */
-  /* The transfer last started on each staging slot (the core runs one pipelined
-   * transfer per device at a time), and what it was, for messages. */
-  struct {
-    cl_event event;
-    size_t bytes, offset;
-    bool write;
-  } slot[FERRY_STAGE_SLOTS];
+  size_t base_align;    /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: what ferry's own memory for buffers is aligned to */
+  bool stage;           /* the core stages pageable transfers through pinned memory */
   uint64_t total_memory, max_allocation;
-  pthread_mutex_t blocks_lock;
-  pinned_block *blocks;
   char name[256];
 } cl_device;
 
@@ -102,6 +95,9 @@ typedef struct host_buf {
 
 static cl_device *device_of(const ferry_device *dev) { return dev->impl; }
 static cl_mem mem_of(const ferry_mem *m) { return (cl_mem)m->handle; }
+/* A host-pointer buffer's state; NULL for ferry's own buffers (whose impl, on
+ * CPU devices, is the host memory ferry allocated for them). */
+static host_buf *host_buf_of(const ferry_mem *m) { return (m->flags & FERRY_MEM_HOST_PTR) ? m->impl : NULL; }
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -161,15 +157,6 @@ static bool ranges_overlap(const void *a, size_t an, const void *b, size_t bn) {
   return x < y + bn && y < x + an;
 }
 
-/* memmove semantics, in parallel when the ranges are apart and large. */
-static void host_move(void *dst, const void *src, size_t n) {
-  if (dst == src) return;
-  if (ranges_overlap(dst, n, src, n))
-    memmove(dst, src, n);
-  else
-    ferry__parallel_memcpy(dst, src, n);
-}
-
 /* ---- commands ------------------------------------------------------------ */
 
 /* A blocking write returns once the source was copied out, which on NVIDIA's
@@ -200,36 +187,6 @@ static ferry_status enqueue_copy(ferry_device *dev, cl_mem src, size_t so, cl_me
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueCopyBuffer", false, "%zu bytes from offset %zu to offset %zu", n, so, doff);
   return FERRY_OK;
-}
-
-/* A write whose source lies in the destination's own (unmapped) array: through a
- * copy of the source, so that the driver never copies between overlapping
- * ranges (PoCL's device memory for the buffer is the array itself). */
-static ferry_status write_bounced(ferry_device *dev, cl_mem mem, size_t off, const void *src, size_t n) {
-  char *bounce = malloc(n);
-  if (!bounce) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s bounce buffer on %s",
-                       ferry__bytes_text(n, text), dev->label);
-  }
-  memcpy(bounce, src, n);
-  ferry_status st = enqueue_write(dev, mem, off, bounce, n);
-  free(bounce);
-  return st;
-}
-
-/* A read into the source's own (unmapped) array: through a bounce buffer. */
-static ferry_status read_bounced(ferry_device *dev, cl_mem mem, size_t off, void *dst, size_t n) {
-  char *bounce = malloc(n);
-  if (!bounce) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a %s bounce buffer on %s",
-                       ferry__bytes_text(n, text), dev->label);
-  }
-  ferry_status st = enqueue_read(dev, mem, off, bounce, n);
-  if (st == FERRY_OK) memmove(dst, bounce, n);
-  free(bounce);
-  return st;
 }
 
 /* Maps the whole host-pointer buffer for the host (blocking); the driver must
@@ -283,8 +240,48 @@ static void unlock_pair(host_buf *a, host_buf *b) {
 
 /* ---- operations ---------------------------------------------------------- */
 
+/* The destructor callback of a buffer over ferry's own memory: the driver is done
+ * with it (the user may have retained the cl_mem past ferry_free). */
+static void free_owned(cl_mem mem, void *host) {
+  (void)mem;
+  free(host);
+}
+
+/* A buffer on a CPU device, over host memory ferry allocates itself. PoCL (and
+ * CPU drivers like it) allocate a buffer's memory only at its first use, and
+ * abort the process when that allocation fails (an assertion in PoCL 3.1 under an
+ * address-space limit); with memory of ferry's own, running out is an ordinary
+ * FERRY_ERROR_OUT_OF_MEMORY here, and the driver works on that memory directly
+ * (CL_MEM_USE_HOST_PTR on an aligned pointer: the device's memory IS the host's on
+ * a CPU device, so nothing is copied). */
+static ferry_status cl_alloc_owned(ferry_device *dev, size_t bytes, ferry_mem *out) {
+  cl_device *cd = device_of(dev);
+  void *host = NULL;
+  if (posix_memalign(&host, cd->base_align, bytes) != 0) {
+    char text[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                       "posix_memalign could not give %s for a buffer on %s (a CPU device's buffers are host memory)",
+                       ferry__bytes_text(bytes, text), dev->label);
+  }
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, host, &err);
+  if (err == CL_SUCCESS && mem && API->clSetMemObjectDestructorCallback)
+    err = API->clSetMemObjectDestructorCallback(mem, free_owned, host);
+  if (err != CL_SUCCESS || !mem) {
+    if (mem) API->clReleaseMemObject(mem);
+    free(host);
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                     "clCreateBuffer(CL_MEM_USE_HOST_PTR)", true, "%zu bytes", bytes);
+  }
+  /* Without destructor callbacks (an OpenCL 1.0 loader) cl_free frees it. */
+  *out = (ferry_mem){
+      .handle = (uintptr_t)mem, .impl = API->clSetMemObjectDestructorCallback ? NULL : host, .bytes = bytes};
+  return FERRY_OK;
+}
+
 static ferry_status cl_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   cl_device *cd = device_of(dev);
+  if (cd->is_cpu) return cl_alloc_owned(dev, bytes, out);
   cl_int err = CL_SUCCESS;
   cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE, bytes, NULL, &err);
   if (err != CL_SUCCESS || !mem) {
@@ -309,18 +306,22 @@ static ferry_status cl_free(ferry_device *dev, ferry_mem *mem) {
   cl_int err = API->clReleaseMemObject(mem_of(mem));
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clReleaseMemObject", false, "releasing a %zu-byte buffer", mem->bytes);
+  free(mem->impl); /* ferry's own memory under the buffer, where no destructor callback frees it */
   return FERRY_OK;
 }
 
+/* FERRY_ERROR_UNSUPPORTED (no message) for a source inside the buffer's own
+ * unmapped array: the driver would copy between overlapping ranges (PoCL's
+ * device memory for the buffer is the array itself), so the core bounces it. */
 static ferry_status cl_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  host_buf *hb = dst->impl;
+  host_buf *hb = host_buf_of(dst);
   if (!hb) return enqueue_write(dev, mem_of(dst), off, src, n);
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&hb->lock);
   if (hb->mapped)
-    host_move(hb->host + off, src, n); /* the array is the buffer's content */
+    ferry__host_move(hb->host + off, src, n); /* the array is the buffer's content */
   else if (ranges_overlap(src, n, hb->host, hb->bytes))
-    st = write_bounced(dev, mem_of(dst), off, src, n);
+    st = FERRY_ERROR_UNSUPPORTED;
   else
     st = enqueue_write(dev, mem_of(dst), off, src, n);
   pthread_mutex_unlock(&hb->lock);
@@ -328,14 +329,14 @@ static ferry_status cl_write(ferry_device *dev, ferry_mem *dst, size_t off, cons
 }
 
 static ferry_status cl_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  host_buf *hb = src->impl;
+  host_buf *hb = host_buf_of(src);
   if (!hb) return enqueue_read(dev, mem_of(src), off, dst, n);
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&hb->lock);
   if (hb->mapped)
-    host_move(dst, hb->host + off, n);
+    ferry__host_move(dst, hb->host + off, n);
   else if (ranges_overlap(dst, n, hb->host, hb->bytes))
-    st = read_bounced(dev, mem_of(src), off, dst, n);
+    st = FERRY_ERROR_UNSUPPORTED; /* into its own unmapped array: the core bounces it */
   else
     st = enqueue_read(dev, mem_of(src), off, dst, n);
   pthread_mutex_unlock(&hb->lock);
@@ -343,13 +344,13 @@ static ferry_status cl_read(ferry_device *dev, const ferry_mem *src, size_t off,
 }
 
 static ferry_status cl_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
-  host_buf *hs = src->impl, *hd = dst->impl;
+  host_buf *hs = host_buf_of(src), *hd = host_buf_of(dst);
   lock_pair(hs, hd);
   char *sh = hs && hs->mapped ? hs->host : NULL;
   char *dh = hd && hd->mapped ? hd->host : NULL;
   ferry_status st = FERRY_OK;
   if (sh && dh)
-    host_move(dh + doff, sh + so, n);
+    ferry__host_move(dh + doff, sh + so, n);
   else if (sh) /* the source's bytes are in its array; the destination is the device's */
     st = enqueue_write(dev, mem_of(dst), doff, sh + so, n);
   else if (dh)
@@ -431,122 +432,139 @@ static ferry_status cl_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-/* Pinned host memory: a mapped CL_MEM_ALLOC_HOST_PTR buffer on devices with
- * memory of their own (NVIDIA's OpenCL pins it, and transfers from it run at
- * full speed); page-aligned malloc on CPU devices, and where the driver cannot
- * give such a buffer (larger than its largest allocation, out of memory). */
-static ferry_status cl_host_alloc(ferry_device *dev, size_t bytes, void **out) {
+/* A cl_mem that ferry did not create (a DLPack import): a buffer object of this
+ * device's own context (each ferry device has a context of its own, and a cl_mem
+ * is usable only in its context), large enough for the tensor. */
+static ferry_status cl_foreign_import(ferry_device *dev, uintptr_t data, uint64_t byte_offset, size_t bytes,
+                                      ferry_mem *out, ferry_refusal *out_refusal) {
   cl_device *cd = device_of(dev);
-  size_t rounded = (bytes + PINNED_ALIGN - 1) & ~(size_t)(PINNED_ALIGN - 1);
-  if (rounded < bytes) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s", ferry__bytes_text(bytes, text));
+  cl_mem mem = (cl_mem)data;
+  *out_refusal = FERRY_REFUSAL_UNSUPPORTED;
+  if (byte_offset != 0)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "byte_offset %llu into a cl_mem: ferry addresses OpenCL buffers from their start (%s)",
+                       (unsigned long long)byte_offset, dev->label);
+  cl_context context = NULL;
+  cl_uint type = 0;
+  size_t size = 0;
+  cl_int err = API->clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof context, &context, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_TYPE, sizeof type, &type, NULL);
+  if (err == CL_SUCCESS) err = API->clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL);
+  *out_refusal = FERRY_REFUSAL_DEVICE;
+  if (err != CL_SUCCESS)
+    return ferry__fail(FERRY_ERROR_REFUSED, "%s (%d) from clGetMemObjectInfo: %p is not a cl_mem %s can use",
+                       ferry__opencl_error_name(err), (int)err, (void *)mem, dev->label);
+  if (context != cd->context)
+    return ferry__fail(FERRY_ERROR_REFUSED,
+                       "the cl_mem %p belongs to another OpenCL context than %s's, and a cl_mem is usable only in its "
+                       "own context (make it in the context ferry_device_native gives)",
+                       (void *)mem, dev->label);
+  if (type != CL_MEM_OBJECT_BUFFER)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the cl_mem %p is an image (type 0x%x), not a buffer", (void *)mem,
+                       (unsigned)type);
+  if (size < bytes)
+    return ferry__fail(FERRY_ERROR_REFUSED, "the tensor has %zu bytes, its cl_mem %p only %zu", bytes, (void *)mem,
+                       size);
+  *out_refusal = FERRY_REFUSAL_NONE;
+  *out = (ferry_mem){.handle = data, .bytes = bytes};
+  return FERRY_OK;
+}
+
+/* ---- pinned memory and DMA for the core's engine ---------------------------- */
+
+/* A mapped CL_MEM_ALLOC_HOST_PTR buffer: NVIDIA's OpenCL pins it, and transfers
+ * from it run at full speed. */
+static ferry_status cl_pin_alloc(ferry_device *dev, size_t bytes, void **out, uintptr_t *token) {
+  cl_device *cd = device_of(dev);
+  pinned_block *block = malloc(sizeof *block);
+  if (!block) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
+  void *mapped = NULL;
+  const char *call = "clCreateBuffer(CL_MEM_ALLOC_HOST_PTR)";
+  if (mem && err == CL_SUCCESS) {
+    call = "clEnqueueMapBuffer";
+    mapped =
+        API->clEnqueueMapBuffer(cd->queue, mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL, NULL, &err);
   }
-  if (cd->pinned && cd->max_allocation > PINNED_ALIGN && rounded <= cd->max_allocation - PINNED_ALIGN) {
-    size_t total = rounded + PINNED_ALIGN;
-    pinned_block *block = malloc(sizeof *block);
-    cl_int err = CL_SUCCESS;
-    cl_mem mem =
-        block ? API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, total, NULL, &err) : NULL;
-    void *mapped = NULL;
-    if (mem && err == CL_SUCCESS)
-      mapped =
-          API->clEnqueueMapBuffer(cd->queue, mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, total, 0, NULL, NULL, &err);
-    if (mapped && err == CL_SUCCESS) {
-      block->mem = mem;
-      block->mapped = mapped;
-      block->user = (void *)(((uintptr_t)mapped + PINNED_ALIGN - 1) & ~(uintptr_t)(PINNED_ALIGN - 1));
-      pthread_mutex_lock(&cd->blocks_lock);
-      block->next = cd->blocks;
-      cd->blocks = block;
-      pthread_mutex_unlock(&cd->blocks_lock);
-      *out = block->user;
-      return FERRY_OK;
-    }
+  if (!mapped || err != CL_SUCCESS) {
     if (mem) API->clReleaseMemObject(mem);
     free(block);
-    /* Fall back to ordinary page-aligned memory: slower to transfer, still correct. */
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE, call, true,
+                     "%zu bytes of pinned host memory", bytes);
   }
-  void *p = NULL;
-  if (posix_memalign(&p, PINNED_ALIGN, rounded) != 0) {
-    char text[64];
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s", ferry__bytes_text(bytes, text));
-  }
-  *out = p;
+  *block = (pinned_block){.mem = mem, .mapped = mapped};
+  *out = mapped;
+  *token = (uintptr_t)block;
   return FERRY_OK;
 }
 
-static void cl_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+/* A CL_MEM_USE_HOST_PTR buffer over the block, which the driver may pin. */
+static ferry_status cl_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *token) {
+  cl_device *cd = device_of(dev);
+  pinned_block *block = malloc(sizeof *block);
+  if (!block) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
+  cl_int err = CL_SUCCESS;
+  cl_mem mem = API->clCreateBuffer(cd->context, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, base, &err);
+  if (!mem || err != CL_SUCCESS) {
+    if (mem) API->clReleaseMemObject(mem);
+    free(block);
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_MEM_OBJECT_ALLOCATION_FAILURE,
+                     "clCreateBuffer(CL_MEM_USE_HOST_PTR)", true, "%zu bytes over host memory at %p", bytes, base);
+  }
+  *block = (pinned_block){.mem = mem, .mapped = NULL};
+  *token = (uintptr_t)block;
+  return FERRY_OK;
+}
+
+static void cl_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated) {
+  (void)base;
   (void)bytes;
-  cl_device *cd = device_of(dev);
-  pinned_block *found = NULL;
-  pthread_mutex_lock(&cd->blocks_lock);
-  for (pinned_block **link = &cd->blocks; *link; link = &(*link)->next) {
-    if ((*link)->user == ptr) {
-      found = *link;
-      *link = found->next;
-      break;
-    }
+  (void)allocated;
+  pinned_block *block = (pinned_block *)token;
+  if (!block) return;
+  if (block->mapped) {
+    cl_event ev = NULL;
+    if (API->clEnqueueUnmapMemObject(device_of(dev)->queue, block->mem, block->mapped, 0, NULL, &ev) == CL_SUCCESS)
+      wait_event(ev);
   }
-  pthread_mutex_unlock(&cd->blocks_lock);
-  if (!found) {
-    free(ptr);
-    return;
-  }
-  cl_event ev = NULL;
-  if (API->clEnqueueUnmapMemObject(cd->queue, found->mem, found->mapped, 0, NULL, &ev) == CL_SUCCESS) wait_event(ev);
-  API->clReleaseMemObject(found->mem);
-  free(found);
+  API->clReleaseMemObject(block->mem);
+  free(block);
 }
 
-/* ---- pipelined transfers (the core's staging slots) ----------------------- */
-
-static ferry_status cl_wait_slot(ferry_device *dev, unsigned slot) {
+/* A non-blocking write or read from the pinned range; its event is the ticket
+ * (0: done already, for host-pointer buffers, whose state decides the path). */
+static ferry_status cl_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                 const ferry_pinned *host, size_t n, ferry_ticket *out) {
+  if (host_buf_of(mem)) {
+    *out = 0;
+    ferry_status st =
+        dir == FERRY_DMA_TO_DEVICE ? cl_write(dev, mem, off, host->host, n) : cl_read(dev, mem, off, host->host, n);
+    if (st == FERRY_ERROR_UNSUPPORTED)
+      st = ferry__fail(FERRY_ERROR_BACKEND, "pinned memory at %p lies in the array of the host-pointer buffer on %s",
+                       host->host, dev->label);
+    return st;
+  }
   cl_device *cd = device_of(dev);
-  if (slot >= FERRY_STAGE_SLOTS || !cd->slot[slot].event) return FERRY_OK;
-  cl_event ev = cd->slot[slot].event;
-  cd->slot[slot].event = NULL;
-  cl_int err = wait_event(ev);
-  if (err != CL_SUCCESS)
-    return cl_failed(dev, err, cd->slot[slot].write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", false,
-                     "%zu bytes at offset %zu through staging slot %u", cd->slot[slot].bytes, cd->slot[slot].offset,
-                     slot);
-  return FERRY_OK;
-}
-
-/* Starts a transfer between a pinned slot and device memory, without waiting. */
-static ferry_status start_slot(ferry_device *dev, cl_mem mem, size_t off, void *host, size_t n, unsigned slot,
-                               bool write) {
-  cl_device *cd = device_of(dev);
-  if (slot >= FERRY_STAGE_SLOTS)
-    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "staging slot %u on %s: there are %d", slot, dev->label,
-                       FERRY_STAGE_SLOTS);
-  ferry_status st = cl_wait_slot(dev, slot); /* the slot's previous transfer, if the caller has not waited */
-  if (st != FERRY_OK) return st;
   cl_event ev = NULL;
-  cl_int err = write ? API->clEnqueueWriteBuffer(cd->queue, mem, CL_FALSE, off, n, host, 0, NULL, &ev)
-                     : API->clEnqueueReadBuffer(cd->queue, mem, CL_FALSE, off, n, host, 0, NULL, &ev);
+  bool write = dir == FERRY_DMA_TO_DEVICE;
+  cl_int err = write ? API->clEnqueueWriteBuffer(cd->queue, mem_of(mem), CL_FALSE, off, n, host->host, 0, NULL, &ev)
+                     : API->clEnqueueReadBuffer(cd->queue, mem_of(mem), CL_FALSE, off, n, host->host, 0, NULL, &ev);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", false,
-                     "%zu bytes at offset %zu through staging slot %u", n, off, slot);
-  cd->slot[slot].event = ev;
-  cd->slot[slot].bytes = n;
-  cd->slot[slot].offset = off;
-  cd->slot[slot].write = write;
+                     "%zu bytes at offset %zu %s pinned host memory at %p, not blocking", n, off, write ? "from" : "to",
+                     host->host);
   API->clFlush(cd->queue); /* start it now, not at the next blocking call */
+  *out = (ferry_ticket)(uintptr_t)ev;
   return FERRY_OK;
 }
 
-static ferry_status cl_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *pinned_src, size_t n,
-                                   unsigned slot) {
-  if (dst->impl) return cl_write(dev, dst, off, pinned_src, n); /* host-pointer buffers: their state decides */
-  return start_slot(dev, mem_of(dst), off, (void *)(uintptr_t)pinned_src, n, slot, true);
-}
-
-static ferry_status cl_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *pinned_dst, size_t n,
-                                  unsigned slot) {
-  if (src->impl) return cl_read(dev, src, off, pinned_dst, n);
-  return start_slot(dev, mem_of(src), off, pinned_dst, n, slot, false);
+static ferry_status cl_dma_wait(ferry_device *dev, ferry_ticket ticket) {
+  if (!ticket) return FERRY_OK;
+  cl_int err = wait_event((cl_event)(uintptr_t)ticket);
+  if (err != CL_SUCCESS)
+    return cl_failed(dev, err, "clWaitForEvents", false, "for a copy between pinned host memory and the device");
+  return FERRY_OK;
 }
 
 static ferry_status cl_synchronize(ferry_device *dev) {
@@ -573,18 +591,35 @@ static uint64_t cl_free_memory(ferry_device *dev) {
   return (uint64_t)kib[0] * 1024;
 }
 
+static void platform_string(cl_platform_id p, cl_platform_info what, char *buf, size_t size);
+static char *device_string(cl_device_id d, cl_device_info what);
+static bool has_extension(const char *list, const char *name);
+
+static ferry_status cl_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  cl_device *cd = device_of(dev);
+  platform_string(cd->platform, CL_PLATFORM_NAME, out->driver, sizeof out->driver);
+  platform_string(cd->platform, CL_PLATFORM_VERSION, out->api_version, sizeof out->api_version);
+  char *version = device_string(cd->id, CL_DRIVER_VERSION);
+  if (version) snprintf(out->driver_version, sizeof out->driver_version, "%s", version);
+  free(version);
+  char *extensions = device_string(cd->id, CL_DEVICE_EXTENSIONS);
+  cl_device_pci_bus_info_khr pci;
+  if (has_extension(extensions, "cl_khr_pci_bus_info") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_PCI_BUS_INFO_KHR, sizeof pci, &pci, NULL) == CL_SUCCESS)
+    ferry__pci_text(pci.pci_domain, pci.pci_bus, pci.pci_device, pci.pci_function, out->pci_bus_id);
+  unsigned char uuid[CL_UUID_SIZE_KHR];
+  if (has_extension(extensions, "cl_khr_device_uuid") &&
+      API->clGetDeviceInfo(cd->id, CL_DEVICE_UUID_KHR, sizeof uuid, uuid, NULL) == CL_SUCCESS)
+    ferry__uuid_text(uuid, out->uuid);
+  free(extensions);
+  return FERRY_OK;
+}
+
 static void cl_destroy(ferry_device *dev) {
   cl_device *cd = device_of(dev);
-  while (cd->blocks) { /* the core frees every block first; this is for safety */
-    pinned_block *b = cd->blocks;
-    cl_host_free(dev, b->user, 0);
-  }
-  for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
-    cl_wait_slot(dev, k);
   API->clFinish(cd->queue);
   API->clReleaseCommandQueue(cd->queue);
   API->clReleaseContext(cd->context);
-  pthread_mutex_destroy(&cd->blocks_lock);
   free(cd);
 }
 
@@ -594,46 +629,27 @@ static const ferry_device_ops cl_ops = {
     .write = cl_write,
     .read = cl_read,
     .copy = cl_copy,
+    .pin_alloc = cl_pin_alloc,
+    .pin_register = cl_pin_register,
+    .pin_release = cl_pin_release,
+    .dma_start = cl_dma_start,
+    .dma_wait = cl_dma_wait,
     .host_ptr_import = cl_host_ptr_import,
     .host_ptr_sync = cl_host_ptr_sync,
     .host_ptr_release = cl_host_ptr_release,
-    .host_alloc = cl_host_alloc,
-    .host_free = cl_host_free,
     .synchronize = cl_synchronize,
     .native = cl_native,
     .free_memory = cl_free_memory,
+    .driver_info = cl_driver_info,
+    .foreign_import = cl_foreign_import,
     .destroy = cl_destroy,
 };
 
-/* The same, with pipelined transfers through pinned slots: for devices with
- * memory of their own, where a transfer from pinned memory is several times
- * faster than one from ordinary memory (on a CPU device staging would only add
- * a copy). */
-static const ferry_device_ops cl_ops_pipelined = {
-    .alloc = cl_alloc,
-    .free = cl_free,
-    .write = cl_write,
-    .read = cl_read,
-    .copy = cl_copy,
-    .host_ptr_import = cl_host_ptr_import,
-    .host_ptr_sync = cl_host_ptr_sync,
-    .host_ptr_release = cl_host_ptr_release,
-    .host_alloc = cl_host_alloc,
-    .host_free = cl_host_free,
-    .synchronize = cl_synchronize,
-    .native = cl_native,
-    .free_memory = cl_free_memory,
-    .write_async = cl_write_async,
-    .read_async = cl_read_async,
-    .wait_slot = cl_wait_slot,
-    .destroy = cl_destroy,
-};
-
-/* FERRY_OPENCL_PIPELINE=1 gives every device pinned host memory and pipelined
- * transfers, =0 none; unset: the devices that are not CPUs. */
-static bool wants_pipeline(bool is_cpu) {
-  const char *env = getenv("FERRY_OPENCL_PIPELINE");
-  if (env && *env) return strcmp(env, "0") != 0;
+/* FERRY_OPENCL_PIPELINE=1 stages on every device, CPUs included, =0 on none;
+ * unset: on the devices that are not CPUs. */
+static bool wants_staging(bool is_cpu) {
+  uint64_t set;
+  if (ferry__option_number("FERRY_OPENCL_PIPELINE", &set)) return set == 1;
   return !is_cpu;
 }
 
@@ -699,7 +715,7 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
   cd->platform = platform;
   cd->id = id;
   cd->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
-  cd->pinned = wants_pipeline(cd->is_cpu);
+  cd->stage = wants_staging(cd->is_cpu);
   cd->total_memory = global;
   cd->max_allocation = max_alloc;
   char *name = device_string(id, CL_DEVICE_NAME);
@@ -726,8 +742,6 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
     free(cd);
     return FERRY_ERROR_UNSUPPORTED;
   }
-  pthread_mutex_init(&cd->blocks_lock, NULL);
-
   size_t align = align_bits >= 8 ? align_bits / 8 : 1;
   if (align & (align - 1)) { /* not a power of two: the next one up */
     size_t p = 1;
@@ -735,8 +749,9 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
       p <<= 1;
     align = p;
   }
+  cd->base_align = align < 64 ? 64 : align;
   ferry_device_desc desc = {
-      .ops = cd->pinned ? &cl_ops_pipelined : &cl_ops,
+      .ops = &cl_ops,
       .impl = cd,
       .name = cd->name,
       .total_memory = global,
@@ -745,7 +760,8 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
       .zero_copy = false, /* an OpenCL buffer's memory is the runtime's, never the array */
       .host_ptr = true,
       .host_ptr_alignment = align,
-      .caps = FERRY_CAP_CACHE, /* no FERRY_CAP_OVERLAP_COPY: clEnqueueCopyBuffer refuses overlapping ranges */
+      /* no FERRY_CAP_OVERLAP_COPY: clEnqueueCopyBuffer refuses overlapping ranges */
+      .caps = FERRY_CAP_CACHE | (cd->stage ? FERRY_CAP_STAGE : 0u),
   };
   ferry_status st = ferry__device_add(probe, &desc);
   if (st != FERRY_OK) {
@@ -753,7 +769,6 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
     snprintf(saved, sizeof saved, "%s", ferry__error_text());
     API->clReleaseCommandQueue(cd->queue);
     API->clReleaseContext(cd->context);
-    pthread_mutex_destroy(&cd->blocks_lock);
     free(cd);
     ferry__fail(st, "%s", saved);
     if (st == FERRY_ERROR_UNSUPPORTED) st = FERRY_ERROR_BACKEND; /* not the device's fault: end the probe */
@@ -857,4 +872,19 @@ static ferry_status probe_platforms(ferry_probe *probe) {
   return FERRY_OK;
 }
 
-const ferry_backend ferry_backend_opencl = {.name = "opencl", .probe = opencl_probe, .unload = opencl_unload};
+static const ferry_option_def opencl_options[] = {
+    {.name = "FERRY_OPENCL_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = "libOpenCL.so.1",
+     .range = "a library name or path for dlopen",
+     .description = "the OpenCL ICD loader to load"},
+    {.name = "FERRY_OPENCL_PIPELINE",
+     .type = FERRY_OPTION_SWITCH,
+     .range = "0 or 1",
+     .description = "1: large transfers staged through pinned host memory on every device, 0: on none (default: "
+                    "on devices that are not CPUs)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_opencl = {
+    .name = "opencl", .options = opencl_options, .probe = opencl_probe, .unload = opencl_unload};

@@ -1,7 +1,9 @@
 /* Loading the OpenCL ICD loader at run time, and the names of OpenCL's error codes. */
 #include "opencl_api.h"
 
-#include <dlfcn.h>
+#include "../../core/backend.h"
+#include "../../core/library.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +44,7 @@ static const entry entries[] = {
     REQ(clWaitForEvents),
     REQ(clGetEventInfo),
     REQ(clReleaseEvent),
+    OPT(clSetMemObjectDestructorCallback),
     OPT(clCreateProgramWithSource),
     OPT(clBuildProgram),
     OPT(clGetProgramBuildInfo),
@@ -53,28 +56,20 @@ static const entry entries[] = {
 };
 
 int ferry__opencl_load(ferry_cl_api *out, void **out_handle, char *why, size_t why_size) {
-  const char *env = getenv("FERRY_OPENCL_LIBRARY");
-  const char *path = env && *env ? env : DEFAULT_LIBRARY;
+  const char *env = ferry__option_text("FERRY_OPENCL_LIBRARY");
+  const char *path = env ? env : DEFAULT_LIBRARY;
   /* The ICD loader stays in memory after dlclose: it never unloads the vendor
    * drivers it opened (their threads outlive ferry_shutdown), and a new
    * ferry_init finds it as it was. Unmapping it would only orphan its state. */
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifdef RTLD_NODELETE
-  flags |= RTLD_NODELETE;
-#endif
-  void *handle = dlopen(path, flags);
-  if (!handle) {
-    const char *err = dlerror();
-    snprintf(why, why_size, "%s%s", err ? err : path, err ? "" : ": cannot be loaded");
-    return -1;
-  }
+  void *handle = ferry__library_open(path, true, why, why_size);
+  if (!handle) return -1;
   ferry_cl_api api;
   memset(&api, 0, sizeof api);
   for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
-    void *sym = dlsym(handle, entries[i].name);
+    void *sym = ferry__library_symbol(handle, entries[i].name);
     if (!sym && entries[i].required) {
       snprintf(why, why_size, "%s has no %s: not an OpenCL 1.2 ICD loader", path, entries[i].name);
-      dlclose(handle);
+      ferry__library_close(handle);
       return -1;
     }
     /* A data pointer from dlsym into a function pointer field, without the cast
@@ -86,9 +81,7 @@ int ferry__opencl_load(ferry_cl_api *out, void **out_handle, char *why, size_t w
   return 0;
 }
 
-void ferry__opencl_unload(void *handle) {
-  if (handle) dlclose(handle);
-}
+void ferry__opencl_unload(void *handle) { ferry__library_close(handle); }
 
 const char *ferry__opencl_error_name(cl_int code) {
   switch (code) {

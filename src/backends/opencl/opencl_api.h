@@ -79,6 +79,15 @@ typedef cl_uint cl_program_build_info;
 #define CL_DEVICE_VERSION             0x102F
 #define CL_DEVICE_EXTENSIONS          0x1030
 #define CL_DEVICE_PLATFORM            0x1031
+#define CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035 /* OpenCL 1.1-1.2 (deprecated in 2.0, still answered) */
+/* cl_khr_device_uuid: 16 bytes (CL_UUID_SIZE_KHR). */
+#define CL_DEVICE_UUID_KHR 0x106A
+#define CL_UUID_SIZE_KHR   16
+/* cl_khr_pci_bus_info: a cl_device_pci_bus_info_khr. */
+#define CL_DEVICE_PCI_BUS_INFO_KHR 0x410F
+typedef struct cl_device_pci_bus_info_khr {
+  cl_uint pci_domain, pci_bus, pci_device, pci_function;
+} cl_device_pci_bus_info_khr;
 /* cl_amd_device_attribute_query: free memory in KiB, as size_t[2] (total free, largest free block). */
 #define CL_DEVICE_GLOBAL_FREE_MEMORY_AMD 0x4039
 
@@ -94,14 +103,20 @@ typedef cl_uint cl_program_build_info;
 #define CL_MEM_COPY_HOST_PTR  (1u << 5)
 
 /* cl_map_flags */
-#define CL_MAP_READ  (1u << 0)
-#define CL_MAP_WRITE (1u << 1)
+#define CL_MAP_READ                    (1u << 0)
+#define CL_MAP_WRITE                   (1u << 1)
+#define CL_MAP_WRITE_INVALIDATE_REGION (1u << 2) /* OpenCL 1.2 */
 
 /* cl_mem_info */
+#define CL_MEM_TYPE      0x1100
 #define CL_MEM_FLAGS     0x1101
 #define CL_MEM_SIZE      0x1102
 #define CL_MEM_HOST_PTR  0x1103
 #define CL_MEM_MAP_COUNT 0x1104
+#define CL_MEM_CONTEXT   0x1106
+
+/* cl_mem_object_type */
+#define CL_MEM_OBJECT_BUFFER 0x10F0
 
 /* cl_event_info and execution status */
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
@@ -127,6 +142,7 @@ typedef cl_uint cl_program_build_info;
 
 typedef void (*ferry_cl_context_notify)(const char *errinfo, const void *private_info, size_t cb, void *user_data);
 typedef void (*ferry_cl_build_notify)(cl_program program, void *user_data);
+typedef void (*ferry_cl_mem_notify)(cl_mem mem, void *user_data);
 
 /* The loaded entry points. The ones under "required" are there whenever the
  * table is; the rest may be NULL (the kernel functions: a driver without a
@@ -165,6 +181,9 @@ typedef struct ferry_cl_api {
   cl_int (*clWaitForEvents)(cl_uint num_events, const cl_event *events);
   cl_int (*clGetEventInfo)(cl_event event, cl_event_info name, size_t size, void *value, size_t *size_ret);
   cl_int (*clReleaseEvent)(cl_event event);
+
+  /* optional (OpenCL 1.1): called once the driver destroyed the buffer */
+  cl_int (*clSetMemObjectDestructorCallback)(cl_mem mem, ferry_cl_mem_notify notify, void *user_data);
 
   /* optional: programs and kernels (tests, and users' own kernels) */
   cl_program (*clCreateProgramWithSource)(cl_context context, cl_uint count, const char **strings,

@@ -7,13 +7,12 @@
  * exposes. ferry submits to that queue under its own lock (VkQueue is externally
  * synchronised). Buffers are VkBuffers with bound memory (vulkan_memory.c); bytes
  * move by memcpy through persistent mappings where device memory is the host's
- * (CPU devices such as lavapipe, integrated GPUs), else through staging and
- * vkCmdCopyBuffer; large copies within a device run a copy shader
- * (vulkan_transfer.c). See docs/backends/vulkan.md.
+ * (CPU devices such as lavapipe, integrated GPUs), else through the core's
+ * pinned staging and vkCmdCopyBuffer; large copies within a device run a copy
+ * shader (vulkan_transfer.c). See docs/backends/vulkan.md.
  */
 #include "vulkan_internal.h"
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,42 +42,20 @@ ferry_status ferry__vkb_fail(const ferry_device *dev, const char *call, VkResult
 
 static void read_options(void) {
   memset(&ferry__vkb_opts, 0, sizeof ferry__vkb_opts);
-  ferry__vkb_opts.chunk = VKB_DEFAULT_CHUNK;
-  const char *dbg = getenv("FERRY_VULKAN_DEBUG");
-  if (dbg) {
-    char copy[256];
-    snprintf(copy, sizeof copy, "%s", dbg);
-    char *save = NULL;
-    for (char *w = strtok_r(copy, ", ", &save); w; w = strtok_r(NULL, ", ", &save)) {
-      if (strcmp(w, "staging") == 0) ferry__vkb_opts.staging = true;
-      if (strcmp(w, "noncoherent") == 0) ferry__vkb_opts.noncoherent = true;
-      if (strcmp(w, "suballoc") == 0) ferry__vkb_opts.suballoc = true;
-      if (strcmp(w, "nosuballoc") == 0) ferry__vkb_opts.nosuballoc = true;
-      if (strcmp(w, "transferqueue") == 0) ferry__vkb_opts.transferqueue = true;
-      if (strcmp(w, "noshader") == 0) ferry__vkb_opts.noshader = true;
-      if (strcmp(w, "shader") == 0) ferry__vkb_opts.shader = true;
-    }
-  }
+  ferry__vkb_opts.staging = ferry__option_has_word("FERRY_VULKAN_DEBUG", "staging");
+  ferry__vkb_opts.noncoherent = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noncoherent");
+  ferry__vkb_opts.suballoc = ferry__option_has_word("FERRY_VULKAN_DEBUG", "suballoc");
+  ferry__vkb_opts.nosuballoc = ferry__option_has_word("FERRY_VULKAN_DEBUG", "nosuballoc");
+  ferry__vkb_opts.transferqueue = ferry__option_has_word("FERRY_VULKAN_DEBUG", "transferqueue");
+  ferry__vkb_opts.noshader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noshader");
+  ferry__vkb_opts.shader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "shader");
+  /* The values are checked against vulkan_options' ranges at ferry_init. The
+   * copy shader's shape is for tuning on new hardware (the default is the
+   * fastest shape measured on the H200: docs/backends/vulkan.md). */
   uint64_t v;
-  if (ferry__env_bytes("FERRY_VULKAN_CHUNK", &v) && v > 0 && v <= SIZE_MAX)
-    ferry__vkb_opts.chunk = v < 65536 ? 65536 : (size_t)v;
-  /* The copy shader's shape, for tuning on new hardware. H200 (2026-12-02, GPU
-   * timestamps around the dispatch, 1 GiB): one word per invocation and a group
-   * per 256 words, 501 us; 65535 groups striding four times over, 510 us; four
-   * or eight words per step, 517-526 us. */
-  ferry__vkb_opts.copy_unroll = 1;
-  ferry__vkb_opts.copy_groups = 0;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_UNROLL", &v) && v > 0 && v <= 16) ferry__vkb_opts.copy_unroll = (uint32_t)v;
-  if (ferry__env_bytes("FERRY_VULKAN_COPY_GROUPS", &v) && v > 0 && v <= UINT32_MAX)
-    ferry__vkb_opts.copy_groups = (uint32_t)v;
-  ferry__vkb_opts.spin_us = -1;
-  const char *spin = getenv("FERRY_VULKAN_SPIN_US");
-  if (spin && *spin) {
-    char *end;
-    errno = 0;
-    unsigned long long us = strtoull(spin, &end, 10);
-    if (!errno && *end == '\0' && us <= 60000000ull) ferry__vkb_opts.spin_us = (long long)us;
-  }
+  ferry__vkb_opts.copy_unroll = ferry__option_number("FERRY_VULKAN_COPY_UNROLL", &v) ? (uint32_t)v : 1;
+  ferry__vkb_opts.copy_groups = ferry__option_number("FERRY_VULKAN_COPY_GROUPS", &v) ? (uint32_t)v : 0;
+  ferry__vkb_opts.spin_us = ferry__option_number("FERRY_VULKAN_SPIN_US", &v) ? (long long)v : -1;
 }
 
 /* ---- ops ---------------------------------------------------------------------- */
@@ -92,6 +69,58 @@ static ferry_status vkb_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* Is the device extension `name` supported? */
+static bool device_has_extension(const vkb_device *d, const char *name) {
+  uint32_t n = 0;
+  if (ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL) != VK_SUCCESS || n == 0) return false;
+  VkExtensionProperties *ext = calloc(n, sizeof *ext);
+  bool found = false;
+  if (ext && ferry__vk()->vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, ext) >= 0)
+    for (uint32_t i = 0; i < n && !found; i++)
+      found = strncmp(ext[i].extensionName, name, VK_MAX_EXTENSION_NAME_SIZE) == 0;
+  free(ext);
+  return found;
+}
+
+/* driverName and driverInfo (Vulkan 1.2 or VK_KHR_driver_properties), deviceUUID
+ * (1.1), the PCI address (VK_EXT_pci_bus_info); the API version always. */
+static ferry_status vkb_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  const vkb_device *d = dev->impl;
+  uint32_t api = d->props.apiVersion;
+  snprintf(out->api_version, sizeof out->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(api),
+           VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api));
+  bool v11 = ferry__vk()->instance_version >= VK_API_VERSION_1_1 && api >= VK_API_VERSION_1_1 &&
+             ferry__vk()->vkGetPhysicalDeviceProperties2;
+  if (!v11) return FERRY_OK;
+  VkPhysicalDeviceIDProperties id = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES};
+  VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES};
+  VkPhysicalDevicePCIBusInfoPropertiesEXT pci = {.sType =
+                                                     VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT};
+  bool has_driver = VK_API_VERSION_MINOR(api) >= 2 || VK_API_VERSION_MAJOR(api) > 1 ||
+                    device_has_extension(d, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
+  bool has_pci = device_has_extension(d, VK_EXT_PCI_BUS_INFO_EXTENSION_NAME);
+  void *chain = NULL;
+  if (has_pci) {
+    pci.pNext = chain;
+    chain = &pci;
+  }
+  if (has_driver) {
+    driver.pNext = chain;
+    chain = &driver;
+  }
+  id.pNext = chain;
+  VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &id};
+  ferry__vk()->vkGetPhysicalDeviceProperties2(d->phys, &p2);
+  ferry__uuid_text(id.deviceUUID, out->uuid);
+  if (has_driver) {
+    driver.driverName[VK_MAX_DRIVER_NAME_SIZE - 1] = driver.driverInfo[VK_MAX_DRIVER_INFO_SIZE - 1] = '\0';
+    snprintf(out->driver, sizeof out->driver, "%s", driver.driverName);
+    snprintf(out->driver_version, sizeof out->driver_version, "%s", driver.driverInfo);
+  }
+  if (has_pci) ferry__pci_text(pci.pciDomain, pci.pciBus, pci.pciDevice, pci.pciFunction, out->pci_bus_id);
+  return FERRY_OK;
+}
+
 static void device_close(vkb_device *d) {
   if (!d) return;
   if (d->device) {
@@ -101,10 +130,7 @@ static void device_close(vkb_device *d) {
     ferry__vk()->vkDestroyDevice(d->device, NULL);
   }
   if (d->locks_ready) {
-    pthread_mutex_destroy(&d->ring_lock);
     pthread_mutex_destroy(&d->alloc_lock);
-    pthread_mutex_destroy(&d->pipe_lock);
-    pthread_rwlock_destroy(&d->host_lock);
     pthread_mutex_destroy(&d->copier.lock);
   }
   for (int i = 0; i < 2; i++) {
@@ -129,14 +155,15 @@ static const ferry_device_ops vkb_ops = {
     .host_ptr_import = ferry__vkb_host_ptr_import,
     .host_ptr_sync = ferry__vkb_host_ptr_sync,
     .host_ptr_release = ferry__vkb_host_ptr_release,
-    .host_alloc = ferry__vkb_host_alloc,
-    .host_free = ferry__vkb_host_free,
+    .pin_alloc = ferry__vkb_pin_alloc,
+    .pin_register = ferry__vkb_pin_register,
+    .pin_release = ferry__vkb_pin_release,
+    .dma_start = ferry__vkb_dma_start,
+    .dma_wait = ferry__vkb_dma_wait,
     .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
     .free_memory = ferry__vkb_free_memory,
-    .write_async = ferry__vkb_write_async,
-    .read_async = ferry__vkb_read_async,
-    .wait_slot = ferry__vkb_wait_slot,
+    .driver_info = vkb_driver_info,
     .destroy = vkb_destroy,
 };
 
@@ -175,7 +202,8 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
 /* The queue family ferry exposes: the first that can compute (compute queues can
  * always transfer). And, with FERRY_VULKAN_DEBUG=transferqueue, the first family
  * for transfers alone: its queue then moves bytes between host and device. On
- * the H200 that was 3-5% slower than the exposed queue, so it is not the default. */
+ * the H200 that was slower than the exposed queue (docs/backends/vulkan.md), so
+ * it is not the default. */
 static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint32_t *out_transfer) {
   vkb_device *d = dev->impl;
   uint32_t n = 0;
@@ -243,10 +271,7 @@ static bool host_import_supported(vkb_device *d) {
 static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32_t index) {
   vkb_device *d = dev->impl;
   d->phys = phys;
-  pthread_mutex_init(&d->ring_lock, NULL);
   pthread_mutex_init(&d->alloc_lock, NULL);
-  pthread_mutex_init(&d->pipe_lock, NULL);
-  pthread_rwlock_init(&d->host_lock, NULL);
   pthread_mutex_init(&d->copier.lock, NULL);
   d->locks_ready = true;
 
@@ -257,9 +282,9 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   d->unified = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ||
                d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU;
   /* A thread that waits for a GPU polls its fence for up to 2 ms before it sleeps:
-   * NVIDIA's vkWaitForFences wakes 20-50 us after the fence signals (a tenth of a
-   * 1 GiB copy within an H200), polling sees it within 1-3 us. A CPU device's
-   * work runs on the host's processors, which polling would take from it. */
+   * NVIDIA's vkWaitForFences wakes long after the fence signals, polling sees it
+   * at once (docs/backends/vulkan.md, "Waiting"). A CPU device's work runs on the
+   * host's processors, which polling would take from it. */
   if (ferry__vkb_opts.spin_us >= 0)
     d->spin_ns = (uint64_t)ferry__vkb_opts.spin_us * 1000;
   else
@@ -398,7 +423,8 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
         .zero_copy = false,
         .host_ptr = d->host_ptr,
         .host_ptr_alignment = d->host_ptr ? d->host_ptr_alignment : 1,
-        .caps = FERRY_CAP_CACHE,
+        /* Buffers that are not mapped (discrete GPUs) are reached through the core's staging only. */
+        .caps = FERRY_CAP_CACHE | (d->mapped ? 0u : FERRY_CAP_STAGE),
     };
     st = ferry__device_add(probe, &desc);
     if (st != FERRY_OK) {
@@ -416,4 +442,43 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
   return FERRY_OK;
 }
 
-const ferry_backend ferry_backend_vulkan = {.name = "vulkan", .probe = vulkan_probe, .unload = ferry__vk_api_unload};
+static const ferry_option_def vulkan_options[] = {
+    {.name = "FERRY_VULKAN_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+#if defined(__APPLE__)
+     .default_value = "libvulkan.1.dylib",
+#else
+     .default_value = "libvulkan.so.1",
+#endif
+     .range = "a library name or path for dlopen",
+     .description = "the Vulkan loader to load"},
+    {.name = "FERRY_VULKAN_COPY_UNROLL",
+     .type = FERRY_OPTION_COUNT,
+     .min = 1,
+     .max = 16,
+     .default_value = "1",
+     .range = "1 to 16",
+     .description = "16-byte words the copy shader moves per invocation and step"},
+    {.name = "FERRY_VULKAN_COPY_GROUPS",
+     .type = FERRY_OPTION_COUNT,
+     .min = 1,
+     .max = UINT32_MAX,
+     .range = "1 to 4294967295",
+     .description = "most work groups per copy-shader dispatch (default and upper bound: the device's "
+                    "maxComputeWorkGroupCount[0])"},
+    {.name = "FERRY_VULKAN_SPIN_US",
+     .type = FERRY_OPTION_COUNT,
+     .min = 0,
+     .max = 60000000,
+     .range = "0 to 60000000 microseconds",
+     .description = "how long a wait polls its fence before it sleeps (default 2000 on GPUs, 0 on CPU devices)"},
+    {.name = "FERRY_VULKAN_DEBUG",
+     .type = FERRY_OPTION_WORDS,
+     .words = "staging,noncoherent,suballoc,nosuballoc,transferqueue,noshader,shader",
+     .range = "words separated by commas: staging, noncoherent, suballoc, nosuballoc, transferqueue, noshader, shader",
+     .description = "force paths a device would not take otherwise, for testing (docs/backends/vulkan.md)"},
+    {.name = NULL},
+};
+
+const ferry_backend ferry_backend_vulkan = {
+    .name = "vulkan", .options = vulkan_options, .probe = vulkan_probe, .unload = ferry__vk_api_unload};

@@ -4,7 +4,8 @@
  */
 #include "vulkan_internal.h"
 
-#include <dlfcn.h>
+#include "../../core/library.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,7 @@ static bool instance_extension(const char *name) {
 
 void ferry__vk_api_unload(void) {
   if (api.instance && api.vkDestroyInstance) api.vkDestroyInstance(api.instance, NULL);
-  if (api.library) dlclose(api.library);
+  ferry__library_close(api.library);
   memset(&api, 0, sizeof api);
   api_ready = false;
 }
@@ -110,20 +111,18 @@ static ferry_status unloaded(ferry_status st) {
 
 ferry_status ferry__vk_api_load(void) {
   ferry__vk_api_unload();
-  const char *env = getenv("FERRY_VULKAN_LIBRARY");
-  const char *path = env && *env ? env : default_library();
+  const char *env = ferry__option_text("FERRY_VULKAN_LIBRARY");
+  const char *path = env ? env : default_library();
   snprintf(api.library_name, sizeof api.library_name, "%s", path);
-  dlerror();
-  api.library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  char text[512];
+  api.library = ferry__library_open(path, false, text, sizeof text);
   if (!api.library) {
-    const char *why = dlerror();
-    char text[512];
-    snprintf(text, sizeof text, "%s", why ? why : "dlopen failed");
     memset(&api, 0, sizeof api);
+    if (ferry__program_is_static()) return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s", text); /* no hint helps */
     return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s (the Vulkan loader%s)", text,
                        env && *env ? ", named by FERRY_VULKAN_LIBRARY" : "; on Debian/Ubuntu: libvulkan1");
   }
-  api.vkGetInstanceProcAddr = gipa_from(dlsym(api.library, "vkGetInstanceProcAddr"));
+  api.vkGetInstanceProcAddr = gipa_from(ferry__library_symbol(api.library, "vkGetInstanceProcAddr"));
   if (!api.vkGetInstanceProcAddr)
     return unloaded(ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no vkGetInstanceProcAddr: it is not a Vulkan loader",
                                 api.library_name));

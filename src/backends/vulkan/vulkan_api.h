@@ -147,6 +147,9 @@ typedef uint64_t VkBufferView;
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2                        1000059001
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2                 1000059006
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_BUFFER_INFO                1000071002
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES                       1000071004
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES                   1000196000
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PCI_BUS_INFO_PROPERTIES_EXT         1000212000
 #define VK_STRUCTURE_TYPE_EXTERNAL_BUFFER_PROPERTIES                          1000071003
 #define VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO                  1000072000
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES            1000168000
@@ -224,6 +227,8 @@ typedef uint64_t VkBufferView;
 /* Extension names */
 #define VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME    "VK_EXT_external_memory_host"
 #define VK_EXT_MEMORY_BUDGET_EXTENSION_NAME           "VK_EXT_memory_budget"
+#define VK_EXT_PCI_BUS_INFO_EXTENSION_NAME            "VK_EXT_pci_bus_info"
+#define VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME       "VK_KHR_driver_properties"
 #define VK_KHR_MAINTENANCE_4_EXTENSION_NAME           "VK_KHR_maintenance4"
 #define VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME      "VK_KHR_portability_subset"
 #define VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME "VK_KHR_portability_enumeration"
@@ -390,6 +395,40 @@ typedef struct VkPhysicalDeviceProperties2 {
   void *pNext;
   VkPhysicalDeviceProperties properties;
 } VkPhysicalDeviceProperties2;
+
+/* Vulkan 1.1 (ferry_device_driver_info) */
+#define VK_LUID_SIZE 8u
+typedef struct VkPhysicalDeviceIDProperties {
+  VkStructureType sType;
+  void *pNext;
+  uint8_t deviceUUID[VK_UUID_SIZE];
+  uint8_t driverUUID[VK_UUID_SIZE];
+  uint8_t deviceLUID[VK_LUID_SIZE];
+  uint32_t deviceNodeMask;
+  VkBool32 deviceLUIDValid;
+} VkPhysicalDeviceIDProperties;
+
+/* Vulkan 1.2 or VK_KHR_driver_properties (ferry_device_driver_info) */
+#define VK_MAX_DRIVER_NAME_SIZE 256u
+#define VK_MAX_DRIVER_INFO_SIZE 256u
+typedef struct VkConformanceVersion {
+  uint8_t major, minor, subminor, patch;
+} VkConformanceVersion;
+typedef struct VkPhysicalDeviceDriverProperties {
+  VkStructureType sType;
+  void *pNext;
+  int32_t driverID; /* VkDriverId */
+  char driverName[VK_MAX_DRIVER_NAME_SIZE];
+  char driverInfo[VK_MAX_DRIVER_INFO_SIZE];
+  VkConformanceVersion conformanceVersion;
+} VkPhysicalDeviceDriverProperties;
+
+/* VK_EXT_pci_bus_info (ferry_device_driver_info) */
+typedef struct VkPhysicalDevicePCIBusInfoPropertiesEXT {
+  VkStructureType sType;
+  void *pNext;
+  uint32_t pciDomain, pciBus, pciDevice, pciFunction;
+} VkPhysicalDevicePCIBusInfoPropertiesEXT;
 
 typedef struct VkPhysicalDeviceMaintenance3Properties {
   VkStructureType sType;

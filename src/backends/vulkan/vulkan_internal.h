@@ -3,7 +3,7 @@
  *   vulkan_api.c       the loader, the instance, the entry-point table
  *   vulkan.c           probe, devices, the ops table, device info
  *   vulkan_memory.c    memory types, buffers (own memory or a slot of a block), host pointers, pinned host memory
- *   vulkan_transfer.c  command buffers, submission, the staging ring, copies, pipelined transfers
+ *   vulkan_transfer.c  command buffers, submission, copies, the copy shader, DMA for the core's engine
  */
 #ifndef FERRY_VULKAN_INTERNAL_H
 #define FERRY_VULKAN_INTERNAL_H
@@ -20,9 +20,7 @@
   (VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT)
 #define VKB_STAGING_USAGE (VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT)
 
-enum { VKB_RING_SLOTS = 4 };                       /* staging chunks in flight */
 #define VKB_NO_TYPE        UINT32_MAX              /* no memory type */
-#define VKB_DEFAULT_CHUNK  ((size_t)16 << 20)      /* bytes per staging chunk */
 #define VKB_SUBALLOC_MAX   ((VkDeviceSize)4 << 20) /* buffers up to this size share blocks */
 #define VKB_BLOCK_MIN      ((VkDeviceSize)2 << 20)
 #define VKB_BLOCK_MAX      ((VkDeviceSize)64 << 20)
@@ -45,8 +43,9 @@ typedef struct vkb_cmd {
 
 enum { VKB_COPY_PIECES = 4 }; /* shader copies: descriptor sets per submission */
 
-/* A command pool with one command buffer, for one thread's copy at a time; on
- * the compute lane also descriptor sets for the copy shader (made on first use). */
+/* A command pool with one command buffer, for one copy at a time (a DMA's
+ * ticket is its context); on the compute lane also descriptor sets for the copy
+ * shader (made on first use). */
 typedef struct vkb_ctx {
   struct vkb_ctx *next;
   struct vkb_lane *lane;
@@ -54,6 +53,9 @@ typedef struct vkb_ctx {
   vkb_cmd cmd;
   VkDescriptorPool descriptors;
   VkDescriptorSet sets[VKB_COPY_PIECES];
+  /* A DMA into non-coherent pinned memory: the range to invalidate once it is done. */
+  VkDeviceMemory inval_memory;
+  VkDeviceSize inval_mem_size, inval_offset, inval_bytes;
 } vkb_ctx;
 
 /* A queue ferry submits to, with what goes with it. */
@@ -103,38 +105,16 @@ typedef struct vkb_buffer {
   bool vk_mapped; /* vkMapMemory was called on memory (imported, non-coherent: for flush/invalidate) */
 } vkb_buffer;
 
-/* Pinned host memory from ferry_host_alloc: a mapped host-visible VkBuffer. */
-typedef struct vkb_host_block {
-  struct vkb_host_block *next;
-  char *user; /* what the caller got (4096-aligned), inside map */
-  size_t bytes;
-  char *map;
+/* Pinned host memory for the core's engine (the token of a block): a VkBuffer
+ * over host-visible memory the device allocated (pin_alloc), or over a block
+ * another allocator made, imported through VK_EXT_external_memory_host
+ * (pin_register). */
+typedef struct vkb_pin {
   VkBuffer buffer;
   VkDeviceMemory memory;
   VkDeviceSize mem_size;
   bool coherent;
-} vkb_host_block;
-
-typedef struct vkb_ring {
-  VkCommandPool pool;
-  vkb_cmd cmd[VKB_RING_SLOTS];
-  VkBuffer buffer;
-  VkDeviceMemory memory;
-  VkDeviceSize mem_size;
-  char *map;
-  size_t chunk;
-  bool coherent, ready;
-} vkb_ring;
-
-/* The core's pipelined transfers: one command buffer and fence per slot. */
-typedef struct vkb_pipe {
-  VkCommandPool pool;
-  vkb_cmd cmd[FERRY_STAGE_SLOTS];
-  /* read_async into non-coherent memory: the range to invalidate once the slot is done */
-  VkDeviceMemory inval_memory[FERRY_STAGE_SLOTS];
-  VkDeviceSize inval_mem_size[FERRY_STAGE_SLOTS], inval_offset[FERRY_STAGE_SLOTS], inval_bytes[FERRY_STAGE_SLOTS];
-  bool ready;
-} vkb_pipe;
+} vkb_pin;
 
 typedef struct vkb_device {
   VkPhysicalDevice phys;
@@ -158,35 +138,27 @@ typedef struct vkb_device {
   vkb_type buf_type, staging_type;
   VkDeviceSize buf_align, atom;
   uint64_t max_allocation, total_memory;
-  size_t chunk;     /* staging chunk bytes */
   uint64_t spin_ns; /* fence waits poll this long before they sleep in vkWaitForFences (0 on CPU devices) */
   PFN_vkGetMemoryHostPointerPropertiesEXT get_host_pointer_properties;
 
-  pthread_mutex_t ring_lock;  /* the staging ring, one transfer at a time */
   pthread_mutex_t alloc_lock; /* blocks */
-  pthread_mutex_t pipe_lock;  /* pipelined-transfer slots */
-  pthread_rwlock_t host_lock; /* pinned host blocks */
   bool locks_ready;
   _Atomic uint64_t allocations; /* live vkAllocateMemory objects, for messages */
 
-  vkb_ring ring;
   vkb_block *blocks;
-  vkb_pipe pipe;
-  vkb_host_block *host_blocks;
 } vkb_device;
 
-/* FERRY_VULKAN_DEBUG (comma-separated words) and FERRY_VULKAN_CHUNK, read at probe:
+/* FERRY_VULKAN_DEBUG (comma-separated words) and the tuning variables, read at probe:
  * they force the paths a device would otherwise not take, so that every path
  * can be tested on any driver (lavapipe in CI). */
 typedef struct vkb_options {
-  bool staging;         /* "staging": never map ferry buffers; every transfer goes through the staging ring */
+  bool staging;         /* "staging": never map ferry buffers; every transfer goes through the core's staging */
   bool noncoherent;     /* "noncoherent": treat every memory type as non-coherent (flush and invalidate) */
   bool suballoc;        /* "suballoc": small buffers share blocks even where allocations are not limited */
   bool nosuballoc;      /* "nosuballoc": every buffer has memory of its own */
   bool transferqueue;   /* "transferqueue": host<->device transfers on a queue of a transfer-only family */
   bool noshader;        /* "noshader": copies within the device by vkCmdCopyBuffer only */
   bool shader;          /* "shader": the copy shader also where buffers are mapped (CPU devices) */
-  size_t chunk;         /* FERRY_VULKAN_CHUNK: bytes per staging chunk (default 16 MiB) */
   uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (1) */
   uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (0: the device's limit) */
   long long spin_us;    /* FERRY_VULKAN_SPIN_US: how long a wait polls its fence before it sleeps (-1: per device) */
@@ -245,13 +217,9 @@ ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t by
                                         ferry_refusal *why);
 ferry_status ferry__vkb_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir);
 ferry_status ferry__vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem);
-ferry_status ferry__vkb_host_alloc(ferry_device *dev, size_t bytes, void **out);
-void ferry__vkb_host_free(ferry_device *dev, void *ptr, size_t bytes);
-/* The pinned block holding [ptr, ptr + bytes), or NULL. */
-vkb_host_block *ferry__vkb_host_find(vkb_device *d, const void *ptr, size_t bytes);
-/* A host-visible buffer of `bytes` for staging (the ring), mapped. */
-ferry_status ferry__vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer,
-                                       VkDeviceMemory *out_memory, VkDeviceSize *out_mem_size, char **out_map);
+ferry_status ferry__vkb_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token);
+ferry_status ferry__vkb_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *out_token);
+void ferry__vkb_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated);
 /* Flush (host writes to the device) or invalidate (device writes to the host) a
  * range of mapped memory, widened to nonCoherentAtomSize. */
 ferry_status ferry__vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDeviceSize mem_size, VkDeviceSize offset,
@@ -264,11 +232,9 @@ ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, con
 ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes);
 ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
                              size_t bytes);
-ferry_status ferry__vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes,
-                                    unsigned slot);
-ferry_status ferry__vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes,
-                                   unsigned slot);
-ferry_status ferry__vkb_wait_slot(ferry_device *dev, unsigned slot);
+ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                  const ferry_pinned *host, size_t bytes, ferry_ticket *out);
+ferry_status ferry__vkb_dma_wait(ferry_device *dev, ferry_ticket ticket);
 ferry_status ferry__vkb_synchronize(ferry_device *dev);
 
 #endif /* FERRY_VULKAN_INTERNAL_H */

@@ -1,7 +1,8 @@
 /*
  * Memory: which memory types ferry uses, buffers (a VkBuffer with memory of its
  * own, or a slot in a shared block), buffers over the user's array
- * (VK_EXT_external_memory_host) and pinned host memory (ferry_host_alloc).
+ * (VK_EXT_external_memory_host) and pinned host memory for the core's engine
+ * (host-visible memory of the device's own, or imported host memory).
  *
  * Memory types. Ferry buffers take a device-local type of the largest
  * device-local heap. On CPU devices and integrated GPUs it prefers one that is
@@ -267,15 +268,6 @@ static VkDeviceSize block_bytes_for(vkb_device *d, VkDeviceSize slot) {
   return b / slot * slot;
 }
 
-/* Slot sizes: 2^k x {1, 1.25, 1.5, 1.75} from 256 bytes, like the core's cache
- * classes, so that a class the core asks for fills a slot exactly. */
-static VkDeviceSize slot_class(VkDeviceSize bytes) {
-  if (bytes <= 256) return 256;
-  unsigned k = 63u - (unsigned)__builtin_clzll(bytes - 1); /* 2^k < bytes <= 2^(k+1) */
-  VkDeviceSize step = (VkDeviceSize)1 << (k - 2);
-  return (bytes + step - 1) / step * step;
-}
-
 static bool slot_take(vkb_block *b, uint32_t *out) {
   for (uint32_t w = 0; w * 64 < b->slots; w++) {
     uint64_t free_bits = ~b->bitmap[w];
@@ -301,7 +293,8 @@ static ferry_status block_take(ferry_device *dev, const VkMemoryRequirements *re
   vkb_device *d = dev->impl;
   VkDeviceSize align = req->alignment > 1 ? req->alignment : 1;
   if (d->mapped && !d->buf_type.coherent && d->atom > align) align = d->atom; /* flushes never touch a neighbour */
-  VkDeviceSize slot_bytes = round_up(slot_class(req->size), align);
+  /* The core's size classes, so that a class the core asks for fills a slot exactly. */
+  VkDeviceSize slot_bytes = round_up(ferry__size_class((size_t)req->size), align);
   vkb_block *block = NULL;
   uint32_t slot = 0;
   pthread_mutex_lock(&d->alloc_lock);
@@ -421,8 +414,10 @@ ferry_status ferry__vkb_alloc(ferry_device *dev, size_t bytes, ferry_mem *out) {
   }
   a->bytes = bytes;
   a->coherent = d->buf_type.coherent;
-  *out = (ferry_mem){
-      .handle = (uintptr_t)a->buffer, .host = a->map && a->coherent ? a->map : NULL, .impl = a, .bytes = bytes};
+  /* Mapped coherent memory is plain host memory the core copies itself, except
+   * under FERRY_VULKAN_DEBUG=shader, where copies are to reach the copy shader. */
+  bool plain = a->map && a->coherent && !ferry__vkb_opts.shader;
+  *out = (ferry_mem){.handle = (uintptr_t)a->buffer, .host = plain ? a->map : NULL, .impl = a, .bytes = bytes};
   return FERRY_OK;
 }
 
@@ -440,35 +435,34 @@ ferry_status ferry__vkb_free(ferry_device *dev, ferry_mem *mem) {
 
 /* ---- buffers over the user's array ------------------------------------------------- */
 
-ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
-                                        ferry_refusal *why) {
+/* A VkBuffer of `usage` over host memory the device imports
+ * (VK_EXT_external_memory_host), mapped where the memory type is not coherent
+ * (flush and invalidate need it; the bytes are read and written through the
+ * host's own pointer). Fills *out (buffer, memory, mem_size, coherent). */
+static ferry_status import_host(ferry_device *dev, void *host, size_t bytes, VkFlags usage, vkb_pin *out) {
   vkb_device *d = dev->impl;
   char size[64];
-  *why = FERRY_REFUSAL_DRIVER;
   VkMemoryHostPointerPropertiesEXT props = {.sType = VK_STRUCTURE_TYPE_MEMORY_HOST_POINTER_PROPERTIES_EXT};
   VkResult r =
       d->get_host_pointer_properties(d->device, VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT, host, &props);
   if (r != VK_SUCCESS)
     return ferry__vkb_fail(dev, "vkGetMemoryHostPointerPropertiesEXT", r, "for host memory at %p (%s)", host,
                            ferry__bytes_text(bytes, size));
-  vkb_buffer *a = calloc(1, sizeof *a);
-  if (!a) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a buffer on %s", dev->label);
+  vkb_pin p = {.mem_size = bytes};
   VkExternalMemoryBufferCreateInfo external = {.sType = VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO,
                                                .handleTypes = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT};
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .pNext = &external,
                              .size = bytes,
-                             .usage = VKB_BUFFER_USAGE,
+                             .usage = usage,
                              .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
   ferry__vkb_sharing(d, &info);
-  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &a->buffer);
-  if (r != VK_SUCCESS) {
-    free(a);
+  r = ferry__vk()->vkCreateBuffer(d->device, &info, NULL, &p.buffer);
+  if (r != VK_SUCCESS)
     return ferry__vkb_fail(dev, "vkCreateBuffer", r, "for a buffer of %s over host memory",
                            ferry__bytes_text(bytes, size));
-  }
   VkMemoryRequirements req;
-  ferry__vk()->vkGetBufferMemoryRequirements(d->device, a->buffer, &req);
+  ferry__vk()->vkGetBufferMemoryRequirements(d->device, p.buffer, &req);
   vkb_type type = type_of(d, best_type(d, req.memoryTypeBits & props.memoryTypeBits, score_import));
   ferry_status st = FERRY_OK;
   if (type.index == VKB_NO_TYPE)
@@ -483,24 +477,37 @@ ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t by
   VkImportMemoryHostPointerInfoEXT import = {.sType = VK_STRUCTURE_TYPE_IMPORT_MEMORY_HOST_POINTER_INFO_EXT,
                                              .handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT,
                                              .pHostPointer = host};
-  if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &a->memory);
-  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, a->buffer, a->memory, 0)) != VK_SUCCESS) {
+  if (st == FERRY_OK) st = allocate(dev, bytes, &type, &import, &p.memory);
+  if (st == FERRY_OK && (r = ferry__vk()->vkBindBufferMemory(d->device, p.buffer, p.memory, 0)) != VK_SUCCESS)
     st = ferry__vkb_fail(dev, "vkBindBufferMemory", r, "for a buffer over host memory at %p (%s)", host,
                          ferry__bytes_text(bytes, size));
-  }
-  a->coherent = type.coherent;
+  p.coherent = type.coherent;
   char *mapping = NULL;
-  if (st == FERRY_OK && !a->coherent) {
-    /* Flush and invalidate need the memory mapped; the bytes are read and written through the user's array. */
-    st = map_memory(dev, a->memory, bytes, &mapping);
-    a->vk_mapped = st == FERRY_OK;
-  }
+  if (st == FERRY_OK && !p.coherent) st = map_memory(dev, p.memory, bytes, &mapping);
   if (st != FERRY_OK) {
-    release(d, a->memory);
-    ferry__vk()->vkDestroyBuffer(d->device, a->buffer, NULL);
+    release(d, p.memory);
+    ferry__vk()->vkDestroyBuffer(d->device, p.buffer, NULL);
+    return st;
+  }
+  *out = p;
+  return FERRY_OK;
+}
+
+ferry_status ferry__vkb_host_ptr_import(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
+                                        ferry_refusal *why) {
+  *why = FERRY_REFUSAL_DRIVER;
+  vkb_buffer *a = calloc(1, sizeof *a);
+  if (!a) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a buffer on %s", dev->label);
+  vkb_pin p;
+  ferry_status st = import_host(dev, host, bytes, VKB_BUFFER_USAGE, &p);
+  if (st != FERRY_OK) {
     free(a);
     return st;
   }
+  a->buffer = p.buffer;
+  a->memory = p.memory;
+  a->coherent = p.coherent;
+  a->vk_mapped = !p.coherent;
   a->imported = true;
   a->map = host;
   a->bytes = bytes;
@@ -528,12 +535,17 @@ ferry_status ferry__vkb_host_ptr_release(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-/* ---- pinned host memory and staging buffers ---------------------------------------- */
+/* ---- pinned host memory for the core's engine --------------------------------------- */
 
-ferry_status ferry__vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer *out_buffer,
-                                       VkDeviceMemory *out_memory, VkDeviceSize *out_mem_size, char **out_map) {
+/* A host-visible buffer of `bytes` in the staging memory type, mapped. */
+static ferry_status staging_create(ferry_device *dev, size_t bytes, vkb_pin *pin, char **out_map) {
   vkb_device *d = dev->impl;
-  char size[64];
+  char size[64], heap[256];
+  if ((uint64_t)bytes > d->memory.memoryHeaps[d->staging_type.heap].size)
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                       "%s of pinned host memory asked, but memory type %u of %s lives in %s",
+                       ferry__bytes_text(bytes, size), d->staging_type.index, dev->label,
+                       ferry__vkb_heap_text(d, d->staging_type.heap, heap));
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = bytes,
                              .usage = VKB_STAGING_USAGE,
@@ -560,83 +572,55 @@ ferry_status ferry__vkb_staging_create(ferry_device *dev, size_t bytes, VkBuffer
     ferry__vk()->vkDestroyBuffer(d->device, buffer, NULL);
     return st;
   }
-  *out_buffer = buffer;
-  *out_memory = memory;
-  *out_mem_size = req.size;
+  *pin = (vkb_pin){.buffer = buffer, .memory = memory, .mem_size = req.size, .coherent = d->staging_type.coherent};
   *out_map = map;
   return FERRY_OK;
 }
 
-ferry_status ferry__vkb_host_alloc(ferry_device *dev, size_t bytes, void **out) {
-  vkb_device *d = dev->impl;
-  char size[64], heap[256];
-  /* 4096-aligned for the caller: mappings are only minMemoryMapAlignment-aligned. */
-  size_t slack = d->props.limits.minMemoryMapAlignment >= 4096 ? 0 : 4096;
-  uint64_t limit = d->memory.memoryHeaps[d->staging_type.heap].size;
-  if (bytes > SIZE_MAX - 4096 - slack || (uint64_t)bytes + slack > limit)
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
-                       "%s of pinned host memory asked, but memory type %u of %s lives in %s",
-                       ferry__bytes_text(bytes, size), d->staging_type.index, dev->label,
-                       ferry__vkb_heap_text(d, d->staging_type.heap, heap));
-  vkb_host_block *h = calloc(1, sizeof *h);
-  if (!h) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
-  size_t total = ((bytes + 4095) & ~(size_t)4095) + slack;
-  ferry_status st = ferry__vkb_staging_create(dev, total, &h->buffer, &h->memory, &h->mem_size, &h->map);
+ferry_status ferry__vkb_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token) {
+  vkb_pin *pin = malloc(sizeof *pin);
+  if (!pin) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
+  char *map = NULL;
+  ferry_status st = staging_create(dev, bytes, pin, &map);
   if (st != FERRY_OK) {
-    free(h);
+    free(pin);
     return st;
   }
-  h->user = (char *)(((uintptr_t)h->map + 4095) & ~(uintptr_t)4095);
-  h->bytes = bytes;
-  h->coherent = d->staging_type.coherent;
-  pthread_rwlock_wrlock(&d->host_lock);
-  h->next = d->host_blocks;
-  d->host_blocks = h;
-  pthread_rwlock_unlock(&d->host_lock);
-  *out = h->user;
+  *out_base = map;
+  *out_token = (uintptr_t)pin;
   return FERRY_OK;
 }
 
-static void host_block_destroy(vkb_device *d, vkb_host_block *h) {
-  ferry__vk()->vkDestroyBuffer(d->device, h->buffer, NULL);
-  release(d, h->memory);
-  free(h);
-}
-
-void ferry__vkb_host_free(ferry_device *dev, void *ptr, size_t bytes) {
+/* Imports the block (VK_EXT_external_memory_host) and binds a transfer buffer over it. */
+ferry_status ferry__vkb_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *out_token) {
   vkb_device *d = dev->impl;
-  (void)bytes;
-  vkb_host_block *found = NULL;
-  pthread_rwlock_wrlock(&d->host_lock);
-  for (vkb_host_block **link = &d->host_blocks; *link; link = &(*link)->next) {
-    if ((*link)->user == ptr) {
-      found = *link;
-      *link = found->next;
-      break;
-    }
+  char size[64];
+  if (!d->host_ptr || (uintptr_t)base % d->host_ptr_alignment || bytes % d->host_ptr_alignment)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s cannot import host memory at %p (%s)", dev->label, base,
+                       ferry__bytes_text(bytes, size));
+  vkb_pin *pin = malloc(sizeof *pin);
+  if (!pin) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block on %s", dev->label);
+  ferry_status st = import_host(dev, base, bytes, VKB_STAGING_USAGE, pin);
+  if (st != FERRY_OK) {
+    free(pin);
+    return st;
   }
-  pthread_rwlock_unlock(&d->host_lock);
-  if (found) host_block_destroy(d, found);
+  *out_token = (uintptr_t)pin;
+  return FERRY_OK;
 }
 
-vkb_host_block *ferry__vkb_host_find(vkb_device *d, const void *ptr, size_t bytes) {
-  uintptr_t p = (uintptr_t)ptr;
-  vkb_host_block *found = NULL;
-  pthread_rwlock_rdlock(&d->host_lock);
-  for (vkb_host_block *h = d->host_blocks; h && !found; h = h->next) {
-    uintptr_t start = (uintptr_t)h->user;
-    if (p >= start && p - start <= h->bytes && bytes <= h->bytes - (p - start)) found = h;
-  }
-  pthread_rwlock_unlock(&d->host_lock);
-  return found;
+void ferry__vkb_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated) {
+  (void)base;
+  (void)bytes;
+  (void)allocated;
+  vkb_device *d = dev->impl;
+  vkb_pin *pin = (vkb_pin *)token;
+  ferry__vk()->vkDestroyBuffer(d->device, pin->buffer, NULL);
+  release(d, pin->memory); /* unmaps too */
+  free(pin);
 }
 
 void ferry__vkb_memory_teardown(vkb_device *d) {
-  while (d->host_blocks) {
-    vkb_host_block *h = d->host_blocks;
-    d->host_blocks = h->next;
-    host_block_destroy(d, h);
-  }
   while (d->blocks) {
     vkb_block *b = d->blocks;
     d->blocks = b->next;

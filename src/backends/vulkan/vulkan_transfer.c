@@ -2,19 +2,15 @@
  * Moving bytes.
  *
  *  - Mapped buffers (device memory that is the host's: lavapipe, integrated GPUs)
- *    and buffers over the user's array are written and read by memcpy (on the
- *    core's threads when large), with flush / invalidate where the memory is
- *    not coherent.
- *  - Other buffers go through the device's staging ring: VKB_RING_SLOTS chunks
- *    of host-visible memory, each with a command buffer and a fence. A write
- *    copies chunk i+1 into its slot while the device copies chunk i out of
- *    another; a read keeps the device VKB_RING_SLOTS chunks ahead of the memcpy.
- *    (The core's own pipeline takes large transfers from ordinary memory through
- *    write_async / read_async below; the ring serves the rest.)
- *  - From or to pinned memory (ferry_host_alloc) there is no memcpy at all: one
- *    vkCmdCopyBuffer between the pinned block's VkBuffer and the buffer.
- *  - Transfers between host and device memory run on a queue of a transfer-only
- *    family where the device has one (its copy engines), else on the exposed queue.
+ *    and buffers over the user's array: the core copies coherent ones itself
+ *    (ferry_mem.host); write and read here memcpy the others, with flush /
+ *    invalidate.
+ *  - Other buffers have no direct path (write and read refuse them): the core
+ *    stages their bytes through pinned memory and moves them by DMA, one
+ *    vkCmdCopyBuffer between the pinned block's VkBuffer and the buffer on a
+ *    command context of its own (the ticket), waited for by its fence.
+ *  - DMA runs on a queue of a transfer-only family where asked
+ *    (FERRY_VULKAN_DEBUG=transferqueue), else on the exposed queue.
  *  - Copies within a device run on the exposed queue: large ones (1 MiB and up,
  *    source and destination offsets equal modulo 16) by a compute shader that
  *    moves 16-byte words (vkCmdCopyBuffer between two places in video memory
@@ -166,7 +162,8 @@ typedef struct copy_push {
 
 /* ---- command buffers ----------------------------------------------------------- */
 
-static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool *pool, vkb_cmd *cmds, unsigned n) {
+/* A command pool with one command buffer and its fence. */
+static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool *pool, vkb_cmd *cmd) {
   vkb_device *d = dev->impl;
   VkCommandPoolCreateInfo info = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT |
@@ -177,39 +174,30 @@ static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool
     *pool = VK_NULL_HANDLE;
     return ferry__vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", lane->family);
   }
-  memset(cmds, 0, n * sizeof *cmds);
-  VkCommandBuffer cbs[FERRY_STAGE_SLOTS > VKB_RING_SLOTS ? FERRY_STAGE_SLOTS : VKB_RING_SLOTS];
+  memset(cmd, 0, sizeof *cmd);
   VkCommandBufferAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
                                        .commandPool = *pool,
                                        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-                                       .commandBufferCount = n};
-  r = ferry__vk()->vkAllocateCommandBuffers(d->device, &alloc, cbs);
+                                       .commandBufferCount = 1};
   ferry_status st = FERRY_OK;
-  if (r != VK_SUCCESS) st = ferry__vkb_fail(dev, "vkAllocateCommandBuffers", r, "for %u command buffers", n);
-  for (unsigned i = 0; i < n && st == FERRY_OK; i++) {
-    cmds[i].cb = cbs[i];
-    VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
-    if ((r = ferry__vk()->vkCreateFence(d->device, &fi, NULL, &cmds[i].fence)) != VK_SUCCESS) {
-      cmds[i].fence = VK_NULL_HANDLE;
-      st = ferry__vkb_fail(dev, "vkCreateFence", r, NULL);
-    }
-  }
+  VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  if ((r = ferry__vk()->vkAllocateCommandBuffers(d->device, &alloc, &cmd->cb)) != VK_SUCCESS)
+    st = ferry__vkb_fail(dev, "vkAllocateCommandBuffers", r, "for a command buffer");
+  else if ((r = ferry__vk()->vkCreateFence(d->device, &fi, NULL, &cmd->fence)) != VK_SUCCESS)
+    st = ferry__vkb_fail(dev, "vkCreateFence", r, NULL);
   if (st != FERRY_OK) {
-    for (unsigned i = 0; i < n; i++)
-      if (cmds[i].fence) ferry__vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
-    ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffers */
+    ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffer */
     *pool = VK_NULL_HANDLE;
-    memset(cmds, 0, n * sizeof *cmds);
+    memset(cmd, 0, sizeof *cmd);
   }
   return st;
 }
 
-static void pool_destroy(vkb_device *d, VkCommandPool *pool, vkb_cmd *cmds, unsigned n) {
-  for (unsigned i = 0; i < n; i++)
-    if (cmds[i].fence) ferry__vk()->vkDestroyFence(d->device, cmds[i].fence, NULL);
+static void pool_destroy(vkb_device *d, VkCommandPool *pool, vkb_cmd *cmd) {
+  if (cmd->fence) ferry__vk()->vkDestroyFence(d->device, cmd->fence, NULL);
   if (*pool) ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL);
   *pool = VK_NULL_HANDLE;
-  memset(cmds, 0, n * sizeof *cmds);
+  memset(cmd, 0, sizeof *cmd);
 }
 
 static uint64_t monotonic_ns(void) {
@@ -252,16 +240,6 @@ static ferry_status cmd_wait(ferry_device *dev, vkb_cmd *c, const char *what) {
   const char *call = NULL;
   VkResult r = cmd_wait_raw(dev->impl, c, &call);
   return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, call, r, "for %s", what);
-}
-
-/* Waits for every pending command buffer of a set; keeps the first failure's sentence. */
-static ferry_status cmd_wait_all(ferry_device *dev, vkb_cmd *cmds, unsigned n, ferry_status st, const char *what) {
-  for (unsigned i = 0; i < n; i++) {
-    const char *call = NULL;
-    VkResult r = cmd_wait_raw(dev->impl, &cmds[i], &call);
-    if (r != VK_SUCCESS && st == FERRY_OK) st = ferry__vkb_fail(dev, call, r, "for %s", what);
-  }
-  return st;
 }
 
 static ferry_status cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what) {
@@ -331,7 +309,7 @@ static ferry_status ctx_take(ferry_device *dev, vkb_lane *lane, vkb_ctx **out) {
     c = calloc(1, sizeof *c);
     if (!c) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a command context on %s", dev->label);
     c->lane = lane;
-    ferry_status st = pool_create(dev, lane, &c->pool, &c->cmd, 1);
+    ferry_status st = pool_create(dev, lane, &c->pool, &c->cmd);
     if (st != FERRY_OK) {
       free(c);
       return st;
@@ -351,7 +329,7 @@ static void ctx_give(vkb_ctx *c) {
 
 static void ctx_destroy(vkb_device *d, vkb_ctx *c) {
   if (c->descriptors) ferry__vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
-  pool_destroy(d, &c->pool, &c->cmd, 1);
+  pool_destroy(d, &c->pool, &c->cmd);
   free(c);
 }
 
@@ -568,126 +546,18 @@ static ferry_status host_read(ferry_device *dev, vkb_buffer *a, size_t off, void
   return FERRY_OK;
 }
 
-/* ---- the staging ring ------------------------------------------------------------- */
-
-static ferry_status ring_ready(ferry_device *dev) {
-  vkb_device *d = dev->impl;
-  vkb_ring *g = &d->ring;
-  if (g->ready) return FERRY_OK;
-  ferry_status st = pool_create(dev, d->xfer, &g->pool, g->cmd, VKB_RING_SLOTS);
-  if (st != FERRY_OK) return st;
-  size_t chunk = d->chunk;
-  for (;;) {
-    st = ferry__vkb_staging_create(dev, chunk * VKB_RING_SLOTS, &g->buffer, &g->memory, &g->mem_size, &g->map);
-    if (st != FERRY_ERROR_OUT_OF_MEMORY || chunk <= ((size_t)1 << 20)) break;
-    chunk /= 2; /* a smaller ring is slower but still moves the bytes */
-  }
-  if (st != FERRY_OK) {
-    pool_destroy(d, &g->pool, g->cmd, VKB_RING_SLOTS);
-    return ferry__fail(st, "no staging memory: %s", ferry__error_text());
-  }
-  g->chunk = chunk;
-  g->coherent = d->staging_type.coherent;
-  g->ready = true;
-  return FERRY_OK;
-}
-
-static ferry_status staged_write(ferry_device *dev, vkb_buffer *a, size_t off, const char *src, size_t n) {
-  vkb_device *d = dev->impl;
-  vkb_ring *g = &d->ring;
-  static const char what[] = "a staged write";
-  pthread_mutex_lock(&d->ring_lock);
-  ferry_status st = ring_ready(dev);
-  for (size_t done = 0, i = 0; st == FERRY_OK && done < n; i++) {
-    size_t len = n - done < g->chunk ? n - done : g->chunk;
-    unsigned s = (unsigned)(i % VKB_RING_SLOTS);
-    vkb_cmd *c = &g->cmd[s];
-    if ((st = cmd_wait(dev, c, what)) != FERRY_OK) break;
-    VkDeviceSize slot_offset = (VkDeviceSize)s * g->chunk;
-    ferry__parallel_memcpy(g->map + slot_offset, src + done, len);
-    if (!g->coherent && (st = ferry__vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, true)) != FERRY_OK) break;
-    if ((st = record_copy(dev, c, g->buffer, a->buffer, slot_offset, off + done, len, what)) != FERRY_OK) break;
-    if ((st = submit(dev, d->xfer, c, what)) != FERRY_OK) break;
-    done += len;
-  }
-  if (g->ready) st = cmd_wait_all(dev, g->cmd, VKB_RING_SLOTS, st, what);
-  pthread_mutex_unlock(&d->ring_lock);
-  return st;
-}
-
-static ferry_status staged_read(ferry_device *dev, vkb_buffer *a, size_t off, char *dst, size_t n) {
-  vkb_device *d = dev->impl;
-  vkb_ring *g = &d->ring;
-  static const char what[] = "a staged read";
-  pthread_mutex_lock(&d->ring_lock);
-  ferry_status st = ring_ready(dev);
-  size_t chunk = g->chunk, chunks = st == FERRY_OK ? (n + chunk - 1) / chunk : 0;
-  /* Chunk i travels in slot i % VKB_RING_SLOTS; the device runs that many ahead. */
-  size_t issued = 0;
-  for (size_t i = 0; st == FERRY_OK && i < chunks; i++) {
-    while (st == FERRY_OK && issued < chunks && issued < i + VKB_RING_SLOTS) {
-      size_t at = issued * chunk, len = n - at < chunk ? n - at : chunk;
-      vkb_cmd *c = &g->cmd[issued % VKB_RING_SLOTS];
-      VkDeviceSize slot_offset = (VkDeviceSize)(issued % VKB_RING_SLOTS) * chunk;
-      st = record_copy(dev, c, a->buffer, g->buffer, off + at, slot_offset, len, what);
-      if (st == FERRY_OK) st = submit(dev, d->xfer, c, what);
-      issued++;
-    }
-    if (st != FERRY_OK) break;
-    size_t at = i * chunk, len = n - at < chunk ? n - at : chunk;
-    unsigned s = (unsigned)(i % VKB_RING_SLOTS);
-    VkDeviceSize slot_offset = (VkDeviceSize)s * chunk;
-    if ((st = cmd_wait(dev, &g->cmd[s], what)) != FERRY_OK) break;
-    if (!g->coherent && (st = ferry__vkb_flush(dev, g->memory, g->mem_size, slot_offset, len, false)) != FERRY_OK)
-      break;
-    ferry__parallel_memcpy(dst + at, g->map + slot_offset, len);
-  }
-  if (g->ready) st = cmd_wait_all(dev, g->cmd, VKB_RING_SLOTS, st, what);
-  pthread_mutex_unlock(&d->ring_lock);
-  return st;
-}
-
-/* ---- pinned blocks ------------------------------------------------------------------ */
-
-static ferry_status pinned_write(ferry_device *dev, vkb_host_block *h, const void *src, vkb_buffer *a, size_t off,
-                                 size_t n) {
-  VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
-  if (!h->coherent) {
-    ferry_status st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
-    if (st != FERRY_OK) return st;
-  }
-  return run_copy(dev, ((vkb_device *)dev->impl)->xfer, h->buffer, at, a->buffer, off, n, "a write from pinned memory");
-}
-
-static ferry_status pinned_read(ferry_device *dev, vkb_buffer *a, size_t off, vkb_host_block *h, void *dst, size_t n) {
-  VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
-  if (!h->coherent) {
-    /* Dirty host lines over the range must not land on the device's bytes later. */
-    ferry_status st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
-    if (st != FERRY_OK) return st;
-  }
-  ferry_status st =
-      run_copy(dev, ((vkb_device *)dev->impl)->xfer, a->buffer, off, h->buffer, at, n, "a read into pinned memory");
-  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, false);
-  return st;
-}
-
 /* ---- the ops ----------------------------------------------------------------------- */
 
+/* Mapped buffers only; FERRY_ERROR_UNSUPPORTED (no message) for the others:
+ * the core stages them through pinned memory. */
 ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
   vkb_buffer *a = dst->impl;
-  if (a->map) return host_write(dev, a, off, src, n);
-  vkb_host_block *h = ferry__vkb_host_find(dev->impl, src, n);
-  if (h) return pinned_write(dev, h, src, a, off, n);
-  return staged_write(dev, a, off, src, n);
+  return a->map ? host_write(dev, a, off, src, n) : FERRY_ERROR_UNSUPPORTED;
 }
 
 ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
   vkb_buffer *a = src->impl;
-  if (a->map) return host_read(dev, a, off, dst, n);
-  vkb_host_block *h = ferry__vkb_host_find(dev->impl, dst, n);
-  if (h) return pinned_read(dev, a, off, h, dst, n);
-  return staged_read(dev, a, off, dst, n);
+  return a->map ? host_read(dev, a, off, dst, n) : FERRY_ERROR_UNSUPPORTED;
 }
 
 ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
@@ -695,7 +565,7 @@ ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so,
   vkb_device *d = dev->impl;
   vkb_buffer *s = src->impl, *t = dst->impl;
   if (s->map && t->map && s->coherent && t->coherent && !ferry__vkb_opts.shader) {
-    ferry__host_move(t->map + doff, s->map + so, n);
+    ferry__host_move(t->map + doff, s->map + so, n); /* the core does this itself; here for completeness */
     return FERRY_OK;
   }
   /* Video memory to video memory, large and equally aligned: the copy shader. */
@@ -725,98 +595,60 @@ ferry_status ferry__vkb_synchronize(ferry_device *dev) {
   return FERRY_OK;
 }
 
-/* ---- pipelined transfers ---------------------------------------------------------- */
+/* ---- DMA for the core's engine ------------------------------------------------------ */
 
-static ferry_status pipe_ready(ferry_device *dev) {
+/* Starts one vkCmdCopyBuffer between the pinned block's buffer and the buffer
+ * on a context of its own, which is the ticket. A mapped buffer is copied at
+ * once (ticket 0). */
+ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                  const ferry_pinned *host, size_t n, ferry_ticket *out) {
   vkb_device *d = dev->impl;
-  ferry_status st = FERRY_OK;
-  pthread_mutex_lock(&d->pipe_lock);
-  if (!d->pipe.ready) {
-    st = pool_create(dev, d->xfer, &d->pipe.pool, d->pipe.cmd, FERRY_STAGE_SLOTS);
-    d->pipe.ready = st == FERRY_OK;
+  vkb_buffer *a = mem->impl;
+  *out = 0;
+  if (a->map)
+    return dir == FERRY_DMA_TO_DEVICE ? host_write(dev, a, off, host->host, n) : host_read(dev, a, off, host->host, n);
+  const vkb_pin *pin = (const vkb_pin *)host->token;
+  bool to_device = dir == FERRY_DMA_TO_DEVICE;
+  const char *what = to_device ? "a copy from pinned memory" : "a copy into pinned memory";
+  /* Host writes reach a non-coherent block's memory first (and, before a read,
+   * no dirty line over the range may land on the device's bytes later). */
+  ferry_status st = pin->coherent ? FERRY_OK : ferry__vkb_flush(dev, pin->memory, pin->mem_size, host->offset, n, true);
+  vkb_ctx *c = NULL;
+  if (st == FERRY_OK) st = ctx_take(dev, d->xfer, &c);
+  if (st != FERRY_OK) return st;
+  /* A wait that failed earlier left the fence pending: wait again first. */
+  st = cmd_wait(dev, &c->cmd, what);
+  if (st == FERRY_OK)
+    st = to_device ? record_copy(dev, &c->cmd, pin->buffer, a->buffer, host->offset, off, n, what)
+                   : record_copy(dev, &c->cmd, a->buffer, pin->buffer, off, host->offset, n, what);
+  if (st == FERRY_OK) st = submit(dev, d->xfer, &c->cmd, what);
+  if (st != FERRY_OK) {
+    ctx_give(c);
+    return st;
   }
-  pthread_mutex_unlock(&d->pipe_lock);
+  c->inval_memory = !to_device && !pin->coherent ? pin->memory : VK_NULL_HANDLE;
+  c->inval_mem_size = pin->mem_size;
+  c->inval_offset = host->offset;
+  c->inval_bytes = n;
+  *out = (ferry_ticket)(uintptr_t)c;
+  return FERRY_OK;
+}
+
+ferry_status ferry__vkb_dma_wait(ferry_device *dev, ferry_ticket ticket) {
+  vkb_ctx *c = (vkb_ctx *)(uintptr_t)ticket;
+  if (!c) return FERRY_OK;
+  ferry_status st = cmd_wait(dev, &c->cmd, "a copy between pinned memory and the device");
+  if (st == FERRY_OK && c->inval_memory)
+    st = ferry__vkb_flush(dev, c->inval_memory, c->inval_mem_size, c->inval_offset, c->inval_bytes, false);
+  c->inval_memory = VK_NULL_HANDLE;
+  ctx_give(c);
   return st;
-}
-
-/* Completes the slot's last transfer (and takes a read's bytes back from non-coherent memory). */
-static ferry_status slot_finish(ferry_device *dev, unsigned slot) {
-  vkb_pipe *p = &((vkb_device *)dev->impl)->pipe;
-  ferry_status st = cmd_wait(dev, &p->cmd[slot], "a pipelined transfer");
-  if (st == FERRY_OK && p->inval_memory[slot]) {
-    st = ferry__vkb_flush(dev, p->inval_memory[slot], p->inval_mem_size[slot], p->inval_offset[slot],
-                          p->inval_bytes[slot], false);
-    p->inval_memory[slot] = VK_NULL_HANDLE;
-  }
-  return st;
-}
-
-static ferry_status bad_slot(ferry_device *dev, unsigned slot) {
-  return ferry__fail(FERRY_ERROR_BACKEND, "pipelined transfer slot %u on %s: there are %d slots", slot, dev->label,
-                     FERRY_STAGE_SLOTS);
-}
-
-/* Starts a copy between a pinned block and the buffer on the slot's command buffer. */
-static ferry_status pipe_start(ferry_device *dev, unsigned slot, VkBuffer src, VkDeviceSize so, VkBuffer dst,
-                               VkDeviceSize doff, VkDeviceSize n, const char *what) {
-  vkb_device *d = dev->impl;
-  vkb_cmd *c = &d->pipe.cmd[slot];
-  pthread_mutex_lock(&d->pipe_lock); /* command buffers of one pool are recorded one at a time */
-  ferry_status st = record_copy(dev, c, src, dst, so, doff, n, what);
-  pthread_mutex_unlock(&d->pipe_lock);
-  return st == FERRY_OK ? submit(dev, d->xfer, c, what) : st;
-}
-
-ferry_status ferry__vkb_write_async(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n,
-                                    unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  vkb_buffer *a = dst->impl;
-  vkb_host_block *h = a->map ? NULL : ferry__vkb_host_find(dev->impl, src, n);
-  if (!h) return ferry__vkb_write(dev, dst, off, src, n); /* synchronous: the slot stays idle */
-  ferry_status st = pipe_ready(dev);
-  if (st == FERRY_OK) st = slot_finish(dev, slot);
-  VkDeviceSize at = (VkDeviceSize)((const char *)src - h->map);
-  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
-  if (st == FERRY_OK) st = pipe_start(dev, slot, h->buffer, at, a->buffer, off, n, "a pipelined write");
-  return st;
-}
-
-ferry_status ferry__vkb_read_async(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n,
-                                   unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  vkb_device *d = dev->impl;
-  vkb_buffer *a = src->impl;
-  vkb_host_block *h = a->map ? NULL : ferry__vkb_host_find(d, dst, n);
-  if (!h) return ferry__vkb_read(dev, src, off, dst, n);
-  ferry_status st = pipe_ready(dev);
-  if (st == FERRY_OK) st = slot_finish(dev, slot);
-  VkDeviceSize at = (VkDeviceSize)((char *)dst - h->map);
-  if (st == FERRY_OK && !h->coherent) st = ferry__vkb_flush(dev, h->memory, h->mem_size, at, n, true);
-  if (st == FERRY_OK) st = pipe_start(dev, slot, a->buffer, off, h->buffer, at, n, "a pipelined read");
-  if (st == FERRY_OK && !h->coherent) {
-    d->pipe.inval_memory[slot] = h->memory;
-    d->pipe.inval_mem_size[slot] = h->mem_size;
-    d->pipe.inval_offset[slot] = at;
-    d->pipe.inval_bytes[slot] = n;
-  }
-  return st;
-}
-
-ferry_status ferry__vkb_wait_slot(ferry_device *dev, unsigned slot) {
-  if (slot >= FERRY_STAGE_SLOTS) return bad_slot(dev, slot);
-  if (!((vkb_device *)dev->impl)->pipe.ready) return FERRY_OK;
-  return slot_finish(dev, slot);
 }
 
 /* ---- setup and teardown ---------------------------------------------------------- */
 
 ferry_status ferry__vkb_transfer_setup(ferry_device *dev) {
   vkb_device *d = dev->impl;
-  /* The ring is made on first use: devices whose buffers are mapped never need it. */
-  size_t chunk = ferry__vkb_opts.chunk;
-  if (d->atom > 1) chunk = (chunk + d->atom - 1) / d->atom * d->atom;
-  chunk = (chunk + 4095) & ~(size_t)4095;
-  d->chunk = chunk;
   const ferry_vk_api *v = ferry__vk();
   d->copy_shader = !ferry__vkb_opts.noshader && v->vkCreateShaderModule && v->vkCreateDescriptorSetLayout &&
                    v->vkCreatePipelineLayout && v->vkCreateComputePipelines && v->vkCreateDescriptorPool &&
@@ -828,13 +660,6 @@ ferry_status ferry__vkb_transfer_setup(ferry_device *dev) {
 }
 
 void ferry__vkb_transfer_teardown(vkb_device *d) {
-  vkb_ring *g = &d->ring;
-  if (g->ready) {
-    pool_destroy(d, &g->pool, g->cmd, VKB_RING_SLOTS);
-    ferry__vk()->vkDestroyBuffer(d->device, g->buffer, NULL);
-    ferry__vk()->vkFreeMemory(d->device, g->memory, NULL);
-    memset(g, 0, sizeof *g);
-  }
   for (int i = 0; i < 2; i++) {
     while (d->lanes[i].free_ctx) {
       vkb_ctx *c = d->lanes[i].free_ctx;
@@ -842,7 +667,5 @@ void ferry__vkb_transfer_teardown(vkb_device *d) {
       ctx_destroy(d, c);
     }
   }
-  if (d->pipe.ready) pool_destroy(d, &d->pipe.pool, d->pipe.cmd, FERRY_STAGE_SLOTS);
-  memset(&d->pipe, 0, sizeof d->pipe);
   copier_destroy(d);
 }
