@@ -214,7 +214,8 @@ typedef struct fdevice {
   fobj h;
   int index;
   bool unified;
-  uint64_t allocated; /* under lock */
+  uint64_t allocated; /* every buffer's length (currentAllocatedSize); under lock */
+  uint64_t resident;  /* the lengths in the device's own memory, which FAKE_METAL_MEM limits; under lock */
 } fdevice;
 
 struct fcb;
@@ -239,6 +240,8 @@ typedef struct fbuffer {
   unsigned char *gpu; /* what blits read and write */
   unsigned char *cpu; /* what contents returns (NULL for private); == gpu for shared */
   bool wraps_host;    /* newBufferWithBytesNoCopy: cpu is the program's memory */
+  bool resident;      /* in the device's own memory: every buffer of a unified device; private and
+                         managed ones of a discrete device (its shared ones are system memory) */
 } fbuffer;
 
 typedef struct fop {
@@ -336,6 +339,7 @@ static void dealloc(fobj *o) {
     fbuffer *b = (fbuffer *)o;
     pthread_mutex_lock(&lock);
     b->device->allocated -= b->length;
+    if (b->resident) b->device->resident -= b->length;
     pthread_mutex_unlock(&lock);
     if (b->gpu != b->cpu) free(b->gpu);
     if (!b->wraps_host) free(b->cpu);
@@ -768,13 +772,19 @@ static storage storage_of(const char *call, uintptr_t options) {
   return (storage)mode;
 }
 
+/* Does a buffer of this storage take the device's own memory? A discrete GPU's
+ * shared buffers live in system memory (the GPU reaches them over the bus). */
+static bool resides(const fdevice *d, storage mode) { return d->unified || mode != STORAGE_SHARED; }
+
 static fbuffer *buffer_new(fdevice *d, storage mode, size_t length) {
   fbuffer *b = obj_new(K_BUFFER, sizeof *b);
   b->device = d;
   b->mode = mode;
   b->length = length;
+  b->resident = resides(d, mode);
   pthread_mutex_lock(&lock);
   d->allocated += length;
+  if (b->resident) d->resident += length;
   pthread_mutex_unlock(&lock);
   return b;
 }
@@ -785,7 +795,7 @@ static fobj *new_buffer(fdevice *d, uintptr_t length, uintptr_t options) {
   if (length == 0) misuse("%s: length 0", call);
   if (inject(FAIL_NEW_BUFFER)) return NULL;
   pthread_mutex_lock(&lock);
-  bool fits = length <= cfg.max_buffer && d->allocated + length <= cfg.mem;
+  bool fits = length <= cfg.max_buffer && (!resides(d, mode) || d->resident + length <= cfg.mem);
   pthread_mutex_unlock(&lock);
   if (!fits) return NULL;
   unsigned char *gpu = malloc(length), *cpu = NULL;

@@ -14,7 +14,9 @@
  *                               (default: sysconf(_SC_PAGESIZE))
  *   FAKE_METAL_DELAY_US=N       each command buffer runs N us after its commit, on the queue's own thread
  *                               (default 0: still on that thread, so later than commit returns)
- *   FAKE_METAL_MEM=BYTES        recommendedMaxWorkingSetSize; buffers beyond it are refused (default 1G)
+ *   FAKE_METAL_MEM=BYTES        recommendedMaxWorkingSetSize; buffers beyond it are refused (default 1G).
+ *                               A discrete device's shared buffers are system memory: they count in
+ *                               currentAllocatedSize but not against this
  *   FAKE_METAL_MAX_BUFFER=BYTES maxBufferLength (default 512M)
  *   FAKE_METAL_FAIL=WHAT:SKIP:TIMES[,...]  after SKIP successful calls, the next TIMES fail; WHAT is
  *                               new-buffer (newBufferWithLength:options: returns nil), no-copy-buffer

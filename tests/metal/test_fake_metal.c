@@ -383,7 +383,10 @@ int main(void) {
     printf("SKIP fake_metal: FERRY_METAL_LIBRARY is not the fake\n");
     return HARNESS_SKIP;
   }
-  if (ferry__metal_load() != FERRY_OK) {
+  /* A session without the metal backend (so without its queues' threads), for
+   * the options ferry__metal_load reads: FERRY_OBJC_LIBRARY, FERRY_METAL_LIBRARY. */
+  if (ferry_set_option("FERRY_BACKENDS", "native") != FERRY_OK || ferry_init() != FERRY_OK ||
+      ferry__metal_load() != FERRY_OK) {
     fprintf(stderr, "FAIL: loading the fake: %s\n", ferry_last_error());
     return 1;
   }
@@ -391,5 +394,6 @@ int main(void) {
   misuse_cases();
   behaviour();
   ferry__metal_unload();
+  ferry_shutdown();
   return harness_finish("fake_metal");
 }

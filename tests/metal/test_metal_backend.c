@@ -7,8 +7,9 @@
  *    copied within the device at every combination of offsets (blits move whole
  *    words on macOS: the bytes around a range must stay as they were);
  *  - threads writing neighbouring bytes of one word at once lose none;
- *  - pinned blocks from ferry_host_alloc, and the core's pipeline operations
- *    (write_async / read_async / wait_slot) on them;
+ *  - pinned blocks from ferry_host_alloc; on discrete GPUs the engine's
+ *    operations (pin_alloc, pin_register, dma_start, dma_wait) as engine.c calls
+ *    them, at offsets on and off words;
  *  - host-pointer buffers are the array's own pages: a blit sees the host's
  *    writes, the host sees a blit's;
  *  - on the fake: nothing is left held after ferry_shutdown, session after session.
@@ -223,67 +224,154 @@ static void neighbours_at_once(ferry_device *dev) {
   CHECK_OK(ferry_free(b));
 }
 
-/* ---- pinned blocks and the pipeline operations ---------------------------------------------- */
+/* ---- pinned blocks and the engine's operations ------------------------------------------- */
 
-static void pinned_and_pipeline(ferry_device *dev) {
-  section("pinned blocks, and write_async / read_async / wait_slot");
+/* ferry_host_alloc's blocks: on a discrete GPU shared buffers the engine blits
+ * from and to directly, on unified memory plain memory the core copies. */
+static void host_alloc_blocks(ferry_device *dev) {
+  section("ferry_host_alloc blocks, on words and not");
   size_t bytes = (size_t)1 << 20;
   unsigned char *block = NULL, *other = NULL;
   CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&block));
   CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&other));
-  if (!block || !other) return;
-  CHECK((uintptr_t)block % (size_t)sysconf(_SC_PAGESIZE) == 0);
+  unsigned char *model = malloc(bytes);
   ferry_buffer b = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
+  if (!block || !other || !model) {
+    CHECK(false);
+    goto done;
+  }
+  CHECK((uintptr_t)block % 4096 == 0);
   fill_pattern(block, bytes, 60);
   CHECK_OK(ferry_write(b, 0, block, bytes));           /* straight from the block */
-  CHECK_OK(ferry_write(b, 4096 + 3, block + 5, 1000)); /* from the block, not on words */
+  CHECK_OK(ferry_write(b, 4096 + 3, block + 5, 1000)); /* from the block, offsets that differ modulo 4 */
+  CHECK_OK(ferry_write(b, 8192 + 1, block + 9, 999));  /* equal modulo 4, not on words */
   CHECK_OK(ferry_read(b, 0, other, bytes));            /* straight into the block */
-  unsigned char *model = malloc(bytes);
   fill_pattern(model, bytes, 60);
   memcpy(model + 4096 + 3, model + 5, 1000);
+  memcpy(model + 8192 + 1, model + 9, 999);
   CHECK(memcmp(other, model, bytes) == 0);
   memset(other, 0, 64);
+  other[1] = 0x11;
+  other[52] = 0x22;
   CHECK_OK(ferry_read(b, 4097, other + 2, 50)); /* into the block, not on words */
   CHECK(memcmp(other + 2, model + 4097, 50) == 0);
-
-  /* The core's pipeline operations (discrete GPUs have them), as staging.c calls them. */
-  const ferry_device_ops *ops = dev->ops;
-  ferry_slot *slot = NULL;
-  if (ops->write_async && ferry__acquire(b, "test", &slot) == FERRY_OK) {
-    const size_t piece = bytes / 8;
-    fill_pattern(block, bytes, 61);
-    for (size_t i = 0; i < 8; i++)
-      CHECK_OK(
-          ops->write_async(dev, &slot->mem, i * piece, block + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
-    for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
-      CHECK_OK(ops->wait_slot(dev, k));
-    CHECK_OK(ferry_read(b, 0, other, bytes));
-    CHECK_MSG(find_pattern_mismatch(other, bytes, 61) == SIZE_MAX, "after write_async");
-    memset(other, 0, bytes);
-    for (size_t i = 0; i < 8; i++)
-      CHECK_OK(
-          ops->read_async(dev, &slot->mem, i * piece, other + i * piece, piece, (unsigned)(i % FERRY_STAGE_SLOTS)));
-    for (unsigned k = 0; k < FERRY_STAGE_SLOTS; k++)
-      CHECK_OK(ops->wait_slot(dev, k));
-    CHECK_MSG(find_pattern_mismatch(other, bytes, 61) == SIZE_MAX, "after read_async");
-    /* Pieces that do not start or end on words, and memory that is not pinned:
-     * done at once, correctly. */
-    fill_pattern(model, bytes, 62);
-    CHECK_OK(ops->write_async(dev, &slot->mem, 3, model, 4001, 2));
-    CHECK_OK(ops->wait_slot(dev, 2));
-    memset(other, 0, 4001);
-    CHECK_OK(ops->read_async(dev, &slot->mem, 3, other, 4001, 3));
-    CHECK_OK(ops->wait_slot(dev, 3));
-    CHECK(memcmp(other, model, 4001) == 0);
-    CHECK_STATUS(ops->wait_slot(dev, FERRY_STAGE_SLOTS), FERRY_ERROR_INVALID_ARGUMENT);
-    CHECK_ERROR_HAS("slot");
-    ferry__release(slot);
-  }
+  CHECK_MSG(other[1] == 0x11 && other[52] == 0x22, "a read into a block changed the bytes around it");
+done:
   free(model);
   CHECK_OK(ferry_free(b));
-  CHECK_OK(ferry_host_free(block));
-  CHECK_OK(ferry_host_free(other));
+  if (block) CHECK_OK(ferry_host_free(block));
+  if (other) CHECK_OK(ferry_host_free(other));
+}
+
+/* The engine's operations, as engine.c calls them (discrete GPUs have them). */
+static void engine_operations(ferry_device *dev) {
+  const ferry_device_ops *ops = dev->ops;
+  if (!ops->dma_start) {
+    CHECK_MSG(!ops->pin_alloc && !ops->pin_register && !(dev->caps & FERRY_CAP_STAGE),
+              "a unified device needs neither staging nor pinned memory");
+    return;
+  }
+  section("pin_alloc, pin_register, dma_start and dma_wait");
+  CHECK(dev->caps & FERRY_CAP_STAGE);
+  enum { PIECES = 8 };
+  const size_t piece = (size_t)128 << 10, bytes = piece * PIECES;
+  void *base = NULL, *base2 = NULL;
+  uintptr_t token = 0, token2 = 0;
+  CHECK_OK(ops->pin_alloc(dev, bytes, &base, &token));
+  CHECK_OK(ops->pin_alloc(dev, bytes, &base2, &token2));
+  unsigned char *pin = base, *pin2 = base2, *model = malloc(bytes), *back = malloc(bytes);
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
+  ferry_slot *slot = NULL;
+  if (!pin || !pin2 || !model || !back || ferry__acquire(b, "test", &slot) != FERRY_OK) {
+    CHECK(false);
+    goto done;
+  }
+  /* The token is a shared buffer whose contents is the block. */
+  void *pool = ferry__metal_rt.pool_push();
+  CHECK(mtl_contents((mtl_id)token) == base);
+  ferry__metal_rt.pool_pop(pool);
+
+  /* Whole pieces, all in flight at once. */
+  ferry_ticket tickets[PIECES];
+  fill_pattern(pin, bytes, 80);
+  for (size_t i = 0; i < PIECES; i++) {
+    ferry_pinned p = {.host = pin + i * piece, .token = token, .offset = i * piece};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, i * piece, &p, piece, &tickets[i]));
+  }
+  for (size_t i = 0; i < PIECES; i++)
+    CHECK_OK(ops->dma_wait(dev, tickets[i]));
+  CHECK_OK(ferry_read(b, 0, back, bytes));
+  CHECK_MSG(find_pattern_mismatch(back, bytes, 80) == SIZE_MAX, "after DMA to the device");
+  memset(pin2, 0, bytes);
+  for (size_t i = 0; i < PIECES; i++) {
+    ferry_pinned p = {.host = pin2 + i * piece, .token = token2, .offset = i * piece};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &slot->mem, i * piece, &p, piece, &tickets[i]));
+  }
+  for (size_t i = 0; i < PIECES; i++)
+    CHECK_OK(ops->dma_wait(dev, tickets[i]));
+  CHECK_MSG(find_pattern_mismatch(pin2, bytes, 80) == SIZE_MAX, "after DMA to the host");
+
+  /* Ranges off words: pinned and device offsets equal modulo 4 (one blit and the
+   * ends through a temporary), and different (all through a temporary). The bytes
+   * around each range stay, on the device and in the block. */
+  static const size_t at[][3] = {{3, 7, 4001}, {1, 6, 4000}, {2, 2, 3}, {0, 1, 2}, {5, 0, 9}};
+  fill_pattern(model, bytes, 81);
+  CHECK_OK(ferry_write(b, 0, model, bytes));
+  for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    size_t po = at[k][0], mo = at[k][1], n = at[k][2];
+    fill_pattern(pin, bytes, (uint32_t)(90 + k));
+    ferry_pinned p = {.host = pin + po, .token = token, .offset = po};
+    ferry_ticket t = 0;
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, mo, &p, n, &t));
+    CHECK_OK(ops->dma_wait(dev, t));
+    memcpy(model + mo, pin + po, n);
+    CHECK_OK(ferry_read(b, 0, back, bytes));
+    CHECK_MSG(memcmp(back, model, bytes) == 0, "DMA of %zu bytes from pinned offset %zu to device offset %zu", n, po,
+              mo);
+    memset(pin2, 0xA5, 64 + n);
+    p = (ferry_pinned){.host = pin2 + po, .token = token2, .offset = po};
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &slot->mem, mo, &p, n, &t));
+    CHECK_OK(ops->dma_wait(dev, t));
+    CHECK_MSG(memcmp(pin2 + po, model + mo, n) == 0, "DMA of %zu bytes from device offset %zu to pinned offset %zu", n,
+              mo, po);
+    bool around = true;
+    for (size_t i = 0; i < po; i++)
+      around = around && pin2[i] == 0xA5;
+    for (size_t i = po + n; i < po + n + 32; i++)
+      around = around && pin2[i] == 0xA5;
+    CHECK_MSG(around, "DMA to pinned offset %zu changed the block's bytes around the range", po);
+  }
+  CHECK_OK(ops->dma_wait(dev, 0)); /* a ticket of work done in dma_start */
+
+  /* Another allocator's block: registered where it lies on whole pages. */
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char *other = harness_aligned(page, 2 * page);
+  uintptr_t t = 0;
+  CHECK_OK(ops->pin_register(dev, other, 2 * page, &t));
+  if (t) {
+    fill_pattern(other, 2 * page, 95);
+    ferry_pinned p = {.host = other + 8, .token = t, .offset = 8};
+    ferry_ticket tk = 0;
+    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, 100, &p, page, &tk));
+    CHECK_OK(ops->dma_wait(dev, tk));
+    CHECK_OK(ferry_read(b, 100, back, page));
+    CHECK(memcmp(back, other + 8, page) == 0);
+    ops->pin_release(dev, other, 2 * page, t, false);
+  }
+  t = 0;
+  CHECK_STATUS(ops->pin_register(dev, other, page / 2, &t), FERRY_ERROR_UNSUPPORTED);
+  CHECK_ERROR_HAS("not on whole pages");
+  CHECK(t == 0);
+  free(other);
+done:
+  if (slot) ferry__release(slot);
+  CHECK_OK(ferry_free(b));
+  if (base) ops->pin_release(dev, base, bytes, token, true);
+  if (base2) ops->pin_release(dev, base2, bytes, token2, true);
+  free(model);
+  free(back);
 }
 
 /* ---- host-pointer buffers ------------------------------------------------------------------- */
@@ -325,7 +413,8 @@ static void run_device(ferry_device *dev) {
   unaligned_ranges(dev);
   copies_at_every_offset(dev);
   neighbours_at_once(dev);
-  pinned_and_pipeline(dev);
+  host_alloc_blocks(dev);
+  engine_operations(dev);
   host_pointer_buffers(dev);
 }
 

@@ -7,7 +7,8 @@
  * the size, the storage and the device's currentAllocatedSize; a command buffer
  * that ends in error is FERRY_ERROR_BACKEND with the NSError's description,
  * domain and code; a host array Metal will not wrap is a refusal that says so.
- * A failed call changes nothing and leaves nothing held; nothing is held after
+ * Pinned memory Metal will not make is FERRY_ERROR_OUT_OF_MEMORY too. A failed
+ * call changes nothing and leaves nothing held; nothing is held after
  * ferry_shutdown.
  *
  *   test_metal_faults         the cases above, on every fake device (unified and discrete)
@@ -19,7 +20,7 @@
 #if !defined(_GNU_SOURCE)
 #define _GNU_SOURCE
 #endif
-#include "backends/metal/metal_internal.h"
+#include "backends/metal/metal_objc.h"
 #include "fake_metal/fake_metal.h"
 #include "harness.h"
 
@@ -108,13 +109,21 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
   CHECK_OK(ferry_write(b, 0, data, sizeof data));
   long before = live();
 
-  /* A copy within the device is a blit on every device. */
-  inject("command-buffer", 0, 1);
-  CHECK_STATUS(ferry_copy(a, 0, b, 16, 128), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("ferry_copy");
-  CHECK_ERROR_HAS("a blit of 128 bytes from buffer offset 0 to buffer offset 16");
-  CHECK_ERROR_HAS("the command buffer ended in error: Caused GPU Address Fault Error");
-  CHECK_ERROR_HAS("(MTLCommandBufferErrorDomain, code 3)");
+  if (unified) {
+    /* The core copies shared memory itself: no command buffer, nothing to fail. */
+    inject("command-buffer", 0, 1);
+    CHECK_OK(ferry_copy(a, 0, b, 16, 128));
+    inject(NULL, 0, 0);
+    CHECK_OK(ferry_write(b, 0, data, sizeof data));
+  } else {
+    /* A copy within a discrete GPU is a blit. */
+    inject("command-buffer", 0, 1);
+    CHECK_STATUS(ferry_copy(a, 0, b, 16, 128), FERRY_ERROR_BACKEND);
+    CHECK_ERROR_HAS("ferry_copy");
+    CHECK_ERROR_HAS("a blit of 128 bytes from buffer offset 0 to buffer offset 16");
+    CHECK_ERROR_HAS("the command buffer ended in error: Caused GPU Address Fault Error");
+    CHECK_ERROR_HAS("(MTLCommandBufferErrorDomain, code 3)");
+  }
 
   inject("command-buffer", 0, 1);
   CHECK_STATUS(ferry_device_synchronize(dev), FERRY_ERROR_BACKEND);
@@ -126,7 +135,8 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
   CHECK_MSG(memcmp(back, data, sizeof data) == 0, "the failed copy changed the destination");
 
   if (!unified) {
-    /* Transfers are blits on discrete GPUs; the partly covered words first. */
+    /* Small transfers are the backend's own (a temporary shared buffer and a
+     * blit); the partly covered words first. */
     inject("command-buffer", 0, 1);
     unsigned char one = 0xEE;
     CHECK_STATUS(ferry_write(a, 5, &one, 1), FERRY_ERROR_BACKEND);
@@ -134,15 +144,23 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
     CHECK_ERROR_HAS("partly written words of bytes 4..8");
     inject("command-buffer", 1, 1);
     CHECK_STATUS(ferry_write(a, 5, &one, 1), FERRY_ERROR_BACKEND);
-    CHECK_ERROR_HAS("a blit of 4 bytes from a bounce block to device buffer bytes 4..8");
+    CHECK_ERROR_HAS("a blit of 4 bytes from a temporary buffer to device buffer bytes 4..8");
     inject("command-buffer", 0, 1);
     CHECK_STATUS(ferry_read(a, 0, back, sizeof back), FERRY_ERROR_BACKEND);
     CHECK_ERROR_HAS("ferry_read");
-    CHECK_ERROR_HAS("to a bounce block");
+    CHECK_ERROR_HAS("to a temporary buffer");
+    CHECK_MSG(live() == before, "failed transfers left %ld objects held", live() - before);
+    /* No temporary to be had. */
+    inject("new-buffer", 0, 1);
+    CHECK_STATUS(ferry_write(a, 5, &one, 1), FERRY_ERROR_OUT_OF_MEMORY);
+    CHECK_ERROR_HAS("newBufferWithLength:options: of 4 bytes (shared storage, a temporary for bytes a blit cannot "
+                    "move in place)");
+    inject(NULL, 0, 0);
     CHECK_OK(ferry_read(a, 0, back, sizeof back));
     CHECK_MSG(memcmp(back, data, sizeof data) == 0, "the failed writes changed the buffer");
 
-    /* In the middle of a pipelined transfer: the other slots are waited for. */
+    /* Large transfers go through the engine's ring by DMA (blits): a blit that
+     * fails in the middle fails the transfer, and the others are waited for. */
     size_t bytes = (size_t)40 << 20;
     unsigned char *big = malloc(bytes);
     ferry_buffer c = FERRY_NULL_BUFFER;
@@ -150,11 +168,17 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
     fill_pattern(big, bytes, 2);
     inject("command-buffer", 1, 1);
     CHECK_STATUS(ferry_write(c, 0, big, bytes), FERRY_ERROR_BACKEND);
-    CHECK_ERROR_HAS("staging slot 1");
+    CHECK_ERROR_HAS("ferry_write");
+    CHECK_ERROR_HAS("from pinned host memory to device buffer offset");
     inject("command-buffer", 2, 1);
     CHECK_STATUS(ferry_read(c, 0, big, bytes), FERRY_ERROR_BACKEND);
     CHECK_ERROR_HAS("ferry_read");
+    CHECK_ERROR_HAS("to pinned host memory");
+    inject(NULL, 0, 0);
     CHECK_OK(ferry_write(c, 0, big, bytes));
+    memset(big, 0, bytes);
+    CHECK_OK(ferry_read(c, 0, big, bytes));
+    CHECK(find_pattern_mismatch(big, bytes, 2) == SIZE_MAX);
     CHECK_OK(ferry_free(c));
     free(big);
   }
@@ -165,7 +189,7 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
 
 /* ---- host memory Metal will not wrap ------------------------------------------------------------- */
 
-static void no_copy_refused(ferry_device *dev, bool unified) {
+static void no_copy_refused(ferry_device *dev) {
   section("newBufferWithBytesNoCopy returns nil");
   size_t page = (size_t)sysconf(_SC_PAGESIZE), bytes = 4 * page;
   unsigned char *array = harness_aligned(page, bytes);
@@ -190,33 +214,46 @@ static void no_copy_refused(ferry_device *dev, bool unified) {
   CHECK(why == FERRY_REFUSAL_MISALIGNED);
   CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(array, page + 4, FERRY_UINT8), &b, &why), FERRY_ERROR_REFUSED);
   CHECK(why == FERRY_REFUSAL_BAD_LENGTH);
-  if (!unified) {
-    /* Pinned blocks are wrapped the same way. */
-    void *p = (void *)0x1;
-    inject("no-copy-buffer", 0, 1);
-    CHECK_STATUS(ferry_host_alloc(dev, 1000, &p), FERRY_ERROR_OUT_OF_MEMORY);
-    CHECK(p == (void *)0x1);
-    CHECK_ERROR_HAS("ferry_host_alloc");
-    CHECK_ERROR_HAS("over a pinned block of");
-  }
   inject(NULL, 0, 0);
   CHECK(live() == before);
   free(array);
 }
 
-/* The first transfer of a fresh session on a discrete GPU makes its bounce block. */
-static void no_bounce_block(ferry_device *dev, bool unified) {
+/* Pinned memory on a discrete GPU is a shared buffer (newBufferWithLength:options:). */
+static void no_pinned_memory(ferry_device *dev, bool unified) {
   if (unified) return;
-  section("no bounce block");
-  ferry_buffer b = FERRY_NULL_BUFFER;
-  CHECK_OK(ferry_alloc(dev, 64, FERRY_UINT8, &b));
-  unsigned char data[64] = {1, 2, 3};
-  inject("no-copy-buffer", 0, METAL_BOUNCE_COUNT * 4);
-  CHECK_STATUS(ferry_write(b, 0, data, sizeof data), FERRY_ERROR_OUT_OF_MEMORY);
-  CHECK_ERROR_HAS("over a pinned block of 4 MiB");
+  section("no pinned memory");
+  long before = live();
+  void *p = (void *)0x1;
+  inject("new-buffer", 0, 1);
+  CHECK_STATUS(ferry_host_alloc(dev, 1000, &p), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK(p == (void *)0x1);
+  CHECK_ERROR_HAS("ferry_host_alloc");
+  CHECK_ERROR_HAS("(shared storage, pinned host memory)");
   inject(NULL, 0, 0);
-  CHECK_OK(ferry_write(b, 0, data, sizeof data));
+  CHECK(live() == before);
+}
+
+/* The engine's ring cannot be pinned (in a session of its own: the engine then
+ * keeps to the backend's own transfers until ferry_shutdown). */
+static void no_ring(ferry_device *dev, bool unified) {
+  if (unified) return;
+  section("no ring: transfers through the backend's own path");
+  size_t bytes = (size_t)4 << 20;
+  unsigned char *data = malloc(bytes), *back = malloc(bytes);
+  fill_pattern(data, bytes, 3);
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
+  inject("new-buffer", 0, 1000);
+  CHECK_STATUS(ferry_write(b, 0, data, bytes), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK_ERROR_HAS("a temporary for bytes a blit cannot move in place");
+  inject(NULL, 0, 0);
+  CHECK_OK(ferry_write(b, 0, data, bytes));
+  CHECK_OK(ferry_read(b, 0, back, bytes));
+  CHECK(memcmp(back, data, bytes) == 0);
   CHECK_OK(ferry_free(b));
+  free(data);
+  free(back);
 }
 
 static int run_env(void) {
@@ -248,28 +285,37 @@ int main(int argc, char **argv) {
     return HARNESS_SKIP;
   }
   if (argc == 2 && strcmp(argv[1], "--env") == 0) return run_env();
-  ferry_backend_info info;
-  int rc = harness_start_backend("metal", "metal_faults", &info);
-  if (rc != 0) return rc;
-  for (size_t i = 0; i < info.device_count; i++) {
-    ferry_device *dev;
-    CHECK_OK(ferry_device_get(info.first_device + i, &dev));
-    ferry_native nat;
-    ferry_device_native(dev, &nat);
-    void *pool = ferry__metal_rt.pool_push();
-    bool unified = mtl_has_unified_memory((mtl_id)nat.device);
-    ferry__metal_rt.pool_pop(pool);
-    printf("device %zu (%s memory)\n", info.first_device + i, unified ? "unified" : "discrete");
-    no_bounce_block(dev, unified);
-    no_buffer(dev, unified);
-    command_buffer_error(dev, unified);
-    no_copy_refused(dev, unified);
+  /* Session 1: every case but no_ring; session 2: no_ring first, before any
+   * transfer has made the device's ring. */
+  for (int session = 0; session < 2; session++) {
+    ferry_backend_info info;
+    int rc = harness_start_backend("metal", "metal_faults", &info);
+    if (rc != 0) return rc;
+    for (size_t i = 0; i < info.device_count; i++) {
+      ferry_device *dev;
+      CHECK_OK(ferry_device_get(info.first_device + i, &dev));
+      ferry_native nat;
+      ferry_device_native(dev, &nat);
+      void *pool = ferry__metal_rt.pool_push();
+      bool unified = mtl_has_unified_memory((mtl_id)nat.device);
+      ferry__metal_rt.pool_pop(pool);
+      printf("device %zu (%s memory), session %d\n", info.first_device + i, unified ? "unified" : "discrete",
+             session + 1);
+      if (session == 1) {
+        no_ring(dev, unified);
+        continue;
+      }
+      no_buffer(dev, unified);
+      command_buffer_error(dev, unified);
+      no_copy_refused(dev);
+      no_pinned_memory(dev, unified);
+    }
+    ferry_shutdown();
+    harness_context = "after ferry_shutdown";
+    long left = live();
+    CHECK_MSG(left == 0, "%ld Metal objects still held after ferry_shutdown (session %d)", left, session + 1);
+    if (left) report();
   }
-  ferry_shutdown();
-  harness_context = "after ferry_shutdown";
-  long left = live();
-  CHECK_MSG(left == 0, "%ld Metal objects still held after ferry_shutdown", left);
-  if (left) report();
   harness_context = "";
   return harness_finish("metal_faults");
 }

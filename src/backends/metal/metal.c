@@ -1,9 +1,10 @@
 /*
  * metal: Apple's GPUs, through Metal, from plain C.
  *
- * The Objective-C runtime and Metal are loaded at run time by path
- * (/usr/lib/libobjc.A.dylib and /System/Library/Frameworks/Metal.framework/Metal,
- * or FERRY_OBJC_LIBRARY and FERRY_METAL_LIBRARY) and every method is sent through
+ * The Objective-C runtime and Metal are loaded at run time by path, through the
+ * core's loader (/usr/lib/libobjc.A.dylib and
+ * /System/Library/Frameworks/Metal.framework/Metal, or FERRY_OBJC_LIBRARY and
+ * FERRY_METAL_LIBRARY, declared below), and every method is sent through
  * objc_msgSend cast to its exact prototype (metal_objc.h). The backend is compiled
  * on every platform; where the libraries are missing it reports itself absent with
  * the loader's reason. CI runs it against a fake runtime and Metal
@@ -12,11 +13,14 @@
  * Devices: every MTLCopyAllDevices device (else MTLCreateSystemDefaultDevice),
  * each with one command queue of ferry's. Memory follows hasUnifiedMemory:
  *  - unified memory (Apple silicon): shared-storage buffers, whose `contents` the
- *    core reads and writes directly (ferry_mem.host): transfers are memcpy;
- *  - discrete GPUs: private-storage buffers, with transfers staged by blits
- *    through pinned host blocks (metal_transfer.c).
+ *    core reads and writes directly (ferry_mem.host): transfers are host copies,
+ *    and the device needs no staging;
+ *  - discrete GPUs: private-storage buffers; the core's transfer engine moves
+ *    bytes through pinned blocks that are shared-storage buffers, by blits
+ *    (metal_transfer.c: pin_alloc, dma_start, dma_wait).
  * Copies within a device are blits; host-pointer buffers are
  * newBufferWithBytesNoCopy:length:options:deallocator: over the user's array.
+ * Not fork-safe: a forked child reports the backend unavailable.
  * docs/backends/metal.md has the whole mapping and what is not verified.
  */
 #include "metal_internal.h"
@@ -57,6 +61,18 @@ ferry_status ferry__metal_completed(const ferry_device *dev, mtl_id command_buff
                      (long)mtl_error_code(error));
 }
 
+ferry_status ferry__metal_no_buffer(const ferry_device *dev, size_t length, const char *storage, const char *purpose) {
+  const metal_device *md = dev->impl;
+  char asked[64], allocated[64], working_set[64];
+  return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
+                     "newBufferWithLength:options: of %s (%s storage%s%s) on %s returned nil; the device has %s "
+                     "allocated (currentAllocatedSize) of a recommended working set of %s "
+                     "(recommendedMaxWorkingSetSize)",
+                     ferry__bytes_text(length, asked), storage, purpose ? ", " : "", purpose ? purpose : "", dev->label,
+                     ferry__bytes_text(mtl_current_allocated_size(md->device), allocated),
+                     ferry__bytes_text(mtl_recommended_max_working_set_size(md->device), working_set));
+}
+
 /* ---- device memory ------------------------------------------------------------------ */
 
 static uint64_t metal_free_memory(ferry_device *dev) {
@@ -83,13 +99,7 @@ static ferry_status metal_alloc(ferry_device *dev, size_t bytes, ferry_mem *out)
   void *pool = pool_push();
   mtl_id buffer = mtl_new_buffer_with_length(md->device, length, options);
   if (!buffer) {
-    char allocated[64], working_set[64];
-    st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
-                     "newBufferWithLength:options: of %s (%s storage) on %s returned nil; the device has %s allocated "
-                     "(currentAllocatedSize) of a recommended working set of %s (recommendedMaxWorkingSetSize)",
-                     ferry__bytes_text(length, asked), storage, dev->label,
-                     ferry__bytes_text(mtl_current_allocated_size(md->device), allocated),
-                     ferry__bytes_text(mtl_recommended_max_working_set_size(md->device), working_set));
+    st = ferry__metal_no_buffer(dev, length, storage, NULL);
   } else {
     void *contents = md->unified ? mtl_contents(buffer) : NULL;
     if (md->unified && !contents) {
@@ -186,42 +196,42 @@ static void device_teardown(metal_device *md) {
 
 static void metal_destroy(ferry_device *dev) { device_teardown(dev->impl); }
 
-/* Apple silicon: shared memory the core touches directly; no blits for transfers, no pipeline. */
+/* Apple silicon: every buffer is shared memory the core reads and writes
+ * directly (ferry_mem.host), so transfers need neither the backend nor staging. */
 static const ferry_device_ops unified_ops = {
     .alloc = metal_alloc,
     .free = metal_free,
-    .write = ferry__metal_write,
+    .write = ferry__metal_write, /* a host copy: the core never needs it (ferry_mem.host), the registry asks for it */
     .read = ferry__metal_read,
     .copy = ferry__metal_copy,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
-    .host_alloc = ferry__metal_host_alloc,
-    .host_free = ferry__metal_host_free,
     .synchronize = metal_synchronize,
     .native = metal_native,
     .free_memory = metal_free_memory,
     .destroy = metal_destroy,
 };
 
-/* Discrete GPUs: private memory, transfers staged through pinned blocks. */
+/* Discrete GPUs: private memory, moved by blits from and to pinned blocks that
+ * are shared buffers (the engine's staging, ferry_host_alloc). */
 static const ferry_device_ops discrete_ops = {
     .alloc = metal_alloc,
     .free = metal_free,
     .write = ferry__metal_write,
     .read = ferry__metal_read,
     .copy = ferry__metal_copy,
+    .pin_alloc = ferry__metal_pin_alloc,
+    .pin_register = ferry__metal_pin_register,
+    .pin_release = ferry__metal_pin_release,
+    .dma_start = ferry__metal_dma_start,
+    .dma_wait = ferry__metal_dma_wait,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
-    .host_alloc = ferry__metal_host_alloc,
-    .host_free = ferry__metal_host_free,
     .synchronize = metal_synchronize,
     .native = metal_native,
     .free_memory = metal_free_memory,
-    .write_async = ferry__metal_write_async,
-    .read_async = ferry__metal_read_async,
-    .wait_slot = ferry__metal_wait_slot,
     .destroy = metal_destroy,
 };
 
@@ -266,7 +276,9 @@ static ferry_status device_setup(metal_device *md, mtl_id device, size_t index, 
       .zero_copy = false, /* Metal's memory is never the caller's own array */
       .host_ptr = true,
       .host_ptr_alignment = md->page, /* newBufferWithBytesNoCopy wraps whole pages */
-      .caps = FERRY_CAP_CACHE,
+      /* Discrete GPUs: large transfers from ordinary memory staged through
+       * pinned blocks by the engine (Metal has no direct path for them). */
+      .caps = FERRY_CAP_CACHE | (md->unified ? 0u : FERRY_CAP_STAGE),
   };
   return FERRY_OK;
 }
@@ -332,4 +344,20 @@ static ferry_status metal_probe(ferry_probe *probe) {
 
 static void metal_unload(void) { ferry__metal_unload(); }
 
-const ferry_backend ferry_backend_metal = {.name = "metal", .probe = metal_probe, .unload = metal_unload};
+static const ferry_option_def metal_options[] = {
+    {.name = "FERRY_OBJC_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = FERRY_METAL_OBJC_DEFAULT_PATH,
+     .range = "a library name or path for dlopen",
+     .description = "the Objective-C runtime to load (may name the same file as FERRY_METAL_LIBRARY)"},
+    {.name = "FERRY_METAL_LIBRARY",
+     .type = FERRY_OPTION_TEXT,
+     .default_value = FERRY_METAL_DEFAULT_PATH,
+     .range = "a library name or path for dlopen",
+     .description = "the Metal framework to load"},
+    {.name = NULL},
+};
+
+/* fork_safe is false: Metal's objects and queues are the parent's. */
+const ferry_backend ferry_backend_metal = {
+    .name = "metal", .options = metal_options, .probe = metal_probe, .unload = metal_unload};

@@ -1,20 +1,17 @@
 /*
- * Loading the Objective-C runtime and Metal: dlopen by path, dlsym of the few C
- * entry points, and every selector of FERRY_METAL_METHODS registered once.
+ * Loading the Objective-C runtime and Metal through the core's loader
+ * (src/core/library.h), the few C entry points looked up, and every selector of
+ * FERRY_METAL_METHODS registered once.
  */
-#if !defined(_GNU_SOURCE)
-#define _GNU_SOURCE /* RTLD_NODELETE */
-#endif
 #include "metal_objc.h"
 
-#include <dlfcn.h>
+#include "../../core/library.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define OBJC_DEFAULT_PATH     "/usr/lib/libobjc.A.dylib"
-#define METAL_DEFAULT_PATH    "/System/Library/Frameworks/Metal.framework/Metal"
 #define GRAPHICS_DEFAULT_PATH "/System/Library/Frameworks/CoreGraphics.framework/CoreGraphics"
 
 const ferry_metal_method ferry__metal_methods[MTL_METHOD_COUNT] = {
@@ -34,36 +31,26 @@ static _Atomic bool loaded;
 
 bool ferry__metal_loaded(void) { return atomic_load(&loaded); }
 
-/* The libraries to load: the environment's choice, else Apple's paths. The
- * variables of this backend: FERRY_OBJC_LIBRARY, FERRY_METAL_LIBRARY (they may
- * name the same file, as the test fake does). */
+/* The libraries to load: FERRY_OBJC_LIBRARY and FERRY_METAL_LIBRARY (declared in
+ * metal.c's options; they may name the same file, as the test fake does), else
+ * Apple's paths. */
 static void library_paths(const char **objc, const char **metal) {
-  const char *o = getenv("FERRY_OBJC_LIBRARY"), *m = getenv("FERRY_METAL_LIBRARY");
-  *objc = o && *o ? o : OBJC_DEFAULT_PATH;
-  *metal = m && *m ? m : METAL_DEFAULT_PATH;
+  const char *o = ferry__option_text("FERRY_OBJC_LIBRARY"), *m = ferry__option_text("FERRY_METAL_LIBRARY");
+  *objc = o && *o ? o : FERRY_METAL_OBJC_DEFAULT_PATH;
+  *metal = m && *m ? m : FERRY_METAL_DEFAULT_PATH;
 }
 
-/* dlopen by path; NULL with the loader's sentence in why. Kept mapped
- * (RTLD_NODELETE): Apple's runtime cannot unload images that define
- * Objective-C classes, and the fake keeps its object counts across sessions. */
+/* Kept mapped after ferry__library_close: Apple's runtime cannot unload images
+ * that define Objective-C classes, and the fake keeps its object counts across
+ * sessions. */
 static void *open_library(const char *path, char *why, size_t size) {
-  int flags = RTLD_NOW | RTLD_LOCAL;
-#ifdef RTLD_NODELETE
-  flags |= RTLD_NODELETE;
-#endif
-  dlerror();
-  void *lib = dlopen(path, flags);
-  if (!lib) {
-    const char *err = dlerror();
-    snprintf(why, size, "%s", err ? err : path);
-  }
-  return lib;
+  return ferry__library_open(path, true, why, size);
 }
 
-/* dlsym's void * as a function pointer, without ISO C's object/function cast. */
+/* A symbol's void * as a function pointer, without ISO C's object/function cast. */
 typedef void (*any_function)(void);
 static any_function symbol(void *lib, const char *name) {
-  void *sym = dlsym(lib, name);
+  void *sym = ferry__library_symbol(lib, name);
   any_function f;
   memcpy(&f, &sym, sizeof f);
   return f;
@@ -71,9 +58,9 @@ static any_function symbol(void *lib, const char *name) {
 
 void ferry__metal_unload(void) {
   atomic_store(&loaded, false);
-  if (ferry__metal_rt.graphics_library) dlclose(ferry__metal_rt.graphics_library);
-  if (ferry__metal_rt.metal_library) dlclose(ferry__metal_rt.metal_library);
-  if (ferry__metal_rt.objc_library) dlclose(ferry__metal_rt.objc_library);
+  ferry__library_close(ferry__metal_rt.graphics_library);
+  ferry__library_close(ferry__metal_rt.metal_library);
+  ferry__library_close(ferry__metal_rt.objc_library);
   memset(&ferry__metal_rt, 0, sizeof ferry__metal_rt);
 }
 

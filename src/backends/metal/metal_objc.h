@@ -161,6 +161,10 @@ extern const ferry_metal_method ferry__metal_methods[MTL_METHOD_COUNT];
 
 /* ---- the loaded runtime ------------------------------------------------------------- */
 
+/* Where Apple puts the libraries (FERRY_OBJC_LIBRARY, FERRY_METAL_LIBRARY override them). */
+#define FERRY_METAL_OBJC_DEFAULT_PATH "/usr/lib/libobjc.A.dylib"
+#define FERRY_METAL_DEFAULT_PATH      "/System/Library/Frameworks/Metal.framework/Metal"
+
 typedef struct ferry_metal_runtime {
   void (*msg_send)(void); /* objc_msgSend: only ever called through a cast to the method's prototype */
   mtl_sel sel[MTL_METHOD_COUNT];
@@ -177,8 +181,9 @@ typedef struct ferry_metal_runtime {
 extern ferry_metal_runtime ferry__metal_rt;
 
 /* Loads the runtime and Metal (FERRY_OBJC_LIBRARY, FERRY_METAL_LIBRARY or Apple's
- * paths) and registers every selector. FERRY_ERROR_UNSUPPORTED with the reason
- * when a library or a symbol is missing (nothing stays loaded then). */
+ * paths) through the core's loader and registers every selector.
+ * FERRY_ERROR_UNSUPPORTED with the reason when a library or a symbol is missing
+ * (nothing stays loaded then). Reads the options of the session: after ferry_init. */
 ferry_status ferry__metal_load(void);
 /* CoreGraphics, which MTLCreateSystemDefaultDevice needs loaded in a program
  * that is not an app; best effort (absent on other systems). */
