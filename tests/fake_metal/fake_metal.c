@@ -475,6 +475,7 @@ enum {
   S_WORKING_SET,
   S_MAX_BUFFER,
   S_ALLOCATED,
+  S_SUPPORTS_FAMILY,
   S_NEW_QUEUE,
   S_NEW_BUFFER,
   S_NEW_NO_COPY,
@@ -517,6 +518,7 @@ static const struct method_info {
     [S_WORKING_SET] = {"recommendedMaxWorkingSetSize", KIND(K_DEVICE), "Q@:"},
     [S_MAX_BUFFER] = {"maxBufferLength", KIND(K_DEVICE), "Q@:"},
     [S_ALLOCATED] = {"currentAllocatedSize", KIND(K_DEVICE), "Q@:"},
+    [S_SUPPORTS_FAMILY] = {"supportsFamily:", KIND(K_DEVICE), ENC_BOOL "@:q"},
     [S_NEW_QUEUE] = {"newCommandQueue", KIND(K_DEVICE), "@@:"},
     [S_NEW_BUFFER] = {"newBufferWithLength:options:", KIND(K_DEVICE), "@@:QQ"},
     [S_NEW_NO_COPY] = {"newBufferWithBytesNoCopy:length:options:deallocator:", KIND(K_DEVICE), "@@:^vQQ@?"},
@@ -607,7 +609,7 @@ FAKE_API const char *sel_getName(const fsel *s) { return s ? s->name : "<null se
 
 static bool has_method(kind k, int id) {
   if (id < 0 || !(method_info[id].kinds & KIND(k))) return false;
-  if (k == K_DEVICE && id == S_UNIFIED && cfg.old_os) return false;
+  if (k == K_DEVICE && (id == S_UNIFIED || id == S_SUPPORTS_FAMILY) && cfg.old_os) return false; /* 10.15 */
   return true;
 }
 
@@ -986,6 +988,8 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
     pthread_mutex_unlock(&lock);
     return v;
   }
+  case S_SUPPORTS_FAMILY: /* Common1-3, Mac2 and Metal3 (5001), as a recent Mac's GPU */
+    return (a0 >= 3001 && a0 <= 3003) || a0 == 2002 || a0 == 5001;
   case S_NEW_QUEUE: return (uintptr_t)queue_new((fdevice *)self);
   case S_NEW_BUFFER: return (uintptr_t)new_buffer((fdevice *)self, a0, a1);
   case S_NEW_NO_COPY: return (uintptr_t)new_buffer_no_copy((fdevice *)self, a0, a1, a2, a3);

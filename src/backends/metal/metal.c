@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #define METAL_MAX_DEVICES 16
@@ -185,6 +186,31 @@ static ferry_status metal_native(const ferry_device *dev, ferry_native *out) {
   return FERRY_OK;
 }
 
+/* MTLGPUFamily's Metal3 and Metal4 (MTLDevice.h). */
+#define MTL_GPU_FAMILY_METAL3 5001
+#define MTL_GPU_FAMILY_METAL4 5002
+
+/* Metal has no version of its own: it ships with the operating system, whose
+ * release (uname) is the driver's version; the API is named by the newest Metal
+ * family the device supports (supportsFamily:, macOS 10.15). */
+static ferry_status metal_driver_info(ferry_device *dev, ferry_driver_info *out) {
+  metal_device *md = dev->impl;
+  snprintf(out->driver, sizeof out->driver, "Metal");
+  struct utsname u;
+  if (uname(&u) == 0) snprintf(out->driver_version, sizeof out->driver_version, "%.120s %.120s", u.sysname, u.release);
+  const char *api = "Metal";
+  void *pool = pool_push();
+  if (mtl_responds_to_selector(md->device, ferry__metal_rt.sel[MTL_SEL_mtl_supports_family])) {
+    if (mtl_supports_family(md->device, MTL_GPU_FAMILY_METAL4))
+      api = "Metal 4";
+    else if (mtl_supports_family(md->device, MTL_GPU_FAMILY_METAL3))
+      api = "Metal 3";
+  }
+  pool_pop(pool);
+  snprintf(out->api_version, sizeof out->api_version, "%s", api);
+  return FERRY_OK;
+}
+
 static void device_teardown(metal_device *md) {
   void *pool = pool_push();
   ferry__metal_transfer_destroy(md);
@@ -210,6 +236,7 @@ static const ferry_device_ops unified_ops = {
     .synchronize = metal_synchronize,
     .native = metal_native,
     .free_memory = metal_free_memory,
+    .driver_info = metal_driver_info,
     .destroy = metal_destroy,
 };
 
@@ -232,6 +259,7 @@ static const ferry_device_ops discrete_ops = {
     .synchronize = metal_synchronize,
     .native = metal_native,
     .free_memory = metal_free_memory,
+    .driver_info = metal_driver_info,
     .destroy = metal_destroy,
 };
 

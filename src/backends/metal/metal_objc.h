@@ -113,6 +113,7 @@ typedef enum mtl_receiver {
   G0(uint64_t, mtl_recommended_max_working_set_size, "recommendedMaxWorkingSetSize", MTL_RECV_DEVICE, "Q@:")           \
   G0(mtl_uint, mtl_max_buffer_length, "maxBufferLength", MTL_RECV_DEVICE, "Q@:")                                       \
   G0(mtl_uint, mtl_current_allocated_size, "currentAllocatedSize", MTL_RECV_DEVICE, "Q@:")                             \
+  G(mtl_bool, mtl_supports_family, "supportsFamily:", MTL_RECV_DEVICE, MTL_ENC_BOOL "@:q", (mtl_int family), (family)) \
   G0(mtl_id, mtl_new_command_queue, "newCommandQueue", MTL_RECV_DEVICE, "@@:")                                         \
   G(mtl_id, mtl_new_buffer_with_length, "newBufferWithLength:options:", MTL_RECV_DEVICE, "@@:QQ",                      \
     (mtl_uint length, mtl_uint options), (length, options))                                                            \
