@@ -231,6 +231,10 @@ static void no_pinned_memory(ferry_device *dev, bool unified) {
   CHECK_ERROR_HAS("ferry_host_alloc");
   CHECK_ERROR_HAS("(shared storage, pinned host memory)");
   inject(NULL, 0, 0);
+  /* Larger than Metal makes a buffer (the fake's maxBufferLength is 512 MiB). */
+  CHECK_STATUS(ferry_host_alloc(dev, (size_t)600 << 20, &p), FERRY_ERROR_OUT_OF_MEMORY);
+  CHECK_ERROR_HAS("more than the largest buffer, 512 MiB (536870912 bytes) (maxBufferLength)");
+  CHECK(p == (void *)0x1);
   CHECK(live() == before);
 }
 

@@ -64,13 +64,17 @@ ferry_status ferry__metal_completed(const ferry_device *dev, mtl_id command_buff
 
 ferry_status ferry__metal_no_buffer(const ferry_device *dev, size_t length, const char *storage, const char *purpose) {
   const metal_device *md = dev->impl;
-  char asked[64], allocated[64], working_set[64];
+  char asked[64], allocated[64], working_set[64], largest[64], beyond[128] = "";
+  mtl_uint max_length = mtl_max_buffer_length(md->device);
+  if (length > max_length) /* pinned blocks and temporaries are not checked against it by the core */
+    snprintf(beyond, sizeof beyond, ", more than the largest buffer, %s (maxBufferLength)",
+             ferry__bytes_text(max_length, largest));
   return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
-                     "newBufferWithLength:options: of %s (%s storage%s%s) on %s returned nil; the device has %s "
+                     "newBufferWithLength:options: of %s (%s storage%s%s) on %s returned nil%s; the device has %s "
                      "allocated (currentAllocatedSize) of a recommended working set of %s "
                      "(recommendedMaxWorkingSetSize)",
                      ferry__bytes_text(length, asked), storage, purpose ? ", " : "", purpose ? purpose : "", dev->label,
-                     ferry__bytes_text(mtl_current_allocated_size(md->device), allocated),
+                     beyond, ferry__bytes_text(mtl_current_allocated_size(md->device), allocated),
                      ferry__bytes_text(mtl_recommended_max_working_set_size(md->device), working_set));
 }
 
