@@ -114,34 +114,35 @@ static pthread_mutex_t *rmw_lock(metal_device *md, const ferry_mem *mem) {
   return &md->rmw[(mem->handle >> 4) % METAL_RMW_STRIPES];
 }
 
-/* A shared buffer the host reads and writes, for one call. */
-typedef struct temp_buffer {
+/* A shared-storage buffer and its contents, which the host reads and writes:
+ * a temporary for one call, or a pinned block for the engine. */
+typedef struct shared_buffer {
   mtl_id buffer;
   unsigned char *contents;
-  size_t bytes; /* a multiple of 4 */
-} temp_buffer;
+  size_t bytes;
+} shared_buffer;
 
-static ferry_status temp_make(ferry_device *dev, size_t bytes, temp_buffer *out) {
+static ferry_status shared_make(ferry_device *dev, size_t bytes, const char *purpose, shared_buffer *out) {
   metal_device *md = dev->impl;
   ferry_status st = FERRY_OK;
   void *pool = ferry__metal_rt.pool_push();
   mtl_id buffer = mtl_new_buffer_with_length(md->device, bytes, MTL_RESOURCE_STORAGE_SHARED);
   void *contents = buffer ? mtl_contents(buffer) : NULL;
   if (!buffer) {
-    st = ferry__metal_no_buffer(dev, bytes, "shared", "a temporary for bytes a blit cannot move in place");
+    st = ferry__metal_no_buffer(dev, bytes, "shared", purpose);
   } else if (!contents) {
     char size[64];
     mtl_release(buffer);
-    st = ferry__fail(FERRY_ERROR_BACKEND, "contents of a shared-storage buffer of %s on %s returned NULL",
-                     ferry__bytes_text(bytes, size), dev->label);
+    st = ferry__fail(FERRY_ERROR_BACKEND, "contents of a shared-storage buffer of %s (%s) on %s returned NULL",
+                     ferry__bytes_text(bytes, size), purpose, dev->label);
   } else {
-    *out = (temp_buffer){.buffer = buffer, .contents = contents, .bytes = bytes};
+    *out = (shared_buffer){.buffer = buffer, .contents = contents, .bytes = bytes};
   }
   ferry__metal_rt.pool_pop(pool);
   return st;
 }
 
-static void temp_free(temp_buffer *t) {
+static void temp_free(shared_buffer *t) {
   void *pool = ferry__metal_rt.pool_push();
   mtl_release(t->buffer);
   ferry__metal_rt.pool_pop(pool);
@@ -149,8 +150,9 @@ static void temp_free(temp_buffer *t) {
 }
 
 /* The temporary for a range: its whole words, at most TEMP_MAX. */
-static ferry_status temp_for(ferry_device *dev, size_t offset, size_t bytes, temp_buffer *out) {
-  return temp_make(dev, min_size(ceil4(offset + bytes) - floor4(offset), TEMP_MAX), out);
+static ferry_status temp_for(ferry_device *dev, size_t offset, size_t bytes, shared_buffer *out) {
+  return shared_make(dev, min_size(ceil4(offset + bytes) - floor4(offset), TEMP_MAX),
+                     "a temporary for bytes a blit cannot move in place", out);
 }
 
 /* Host memory -> device through a temporary, window by window. Window = the
@@ -160,7 +162,7 @@ static ferry_status temp_for(ferry_device *dev, size_t offset, size_t bytes, tem
 static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src,
                                        size_t bytes) {
   metal_device *md = dev->impl;
-  temp_buffer t;
+  shared_buffer t;
   ferry_status st = temp_for(dev, offset, bytes, &t);
   if (st != FERRY_OK) return st;
   pthread_mutex_t *lock = words(offset, bytes) ? NULL : rmw_lock(md, dst);
@@ -192,7 +194,7 @@ static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t
 }
 
 static ferry_status read_through_temp(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes) {
-  temp_buffer t;
+  shared_buffer t;
   ferry_status st = temp_for(dev, offset, bytes, &t);
   if (st != FERRY_OK) return st;
   char what[256];
@@ -282,26 +284,12 @@ ferry_status ferry__metal_copy(ferry_device *dev, const ferry_mem *src, size_t s
 /* ---- pinned memory for the engine ------------------------------------------------------ */
 
 ferry_status ferry__metal_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token) {
-  metal_device *md = dev->impl;
-  ferry_status st = FERRY_OK;
-  void *pool = ferry__metal_rt.pool_push();
-  mtl_id buffer = mtl_new_buffer_with_length(md->device, bytes, MTL_RESOURCE_STORAGE_SHARED);
-  void *contents = buffer ? mtl_contents(buffer) : NULL;
-  if (!buffer) {
-    st = ferry__metal_no_buffer(dev, bytes, "shared", "pinned host memory");
-  } else if (!contents) {
-    char size[64];
-    mtl_release(buffer);
-    st = ferry__fail(FERRY_ERROR_BACKEND,
-                     "contents of a shared-storage buffer of %s (pinned host memory) on %s "
-                     "returned NULL",
-                     ferry__bytes_text(bytes, size), dev->label);
-  } else {
-    *out_base = contents;
-    *out_token = (uintptr_t)buffer;
-  }
-  ferry__metal_rt.pool_pop(pool);
-  return st;
+  shared_buffer block;
+  ferry_status st = shared_make(dev, bytes, "pinned host memory", &block);
+  if (st != FERRY_OK) return st;
+  *out_base = block.contents;
+  *out_token = (uintptr_t)block.buffer;
+  return FERRY_OK;
 }
 
 /* newBufferWithBytesNoCopy takes whole pages of the machine's page size (16 KiB
