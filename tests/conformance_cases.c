@@ -60,6 +60,12 @@ static void device_info(ferry_device *dev, const ferry_device_info *info) {
   } else if (strcmp(info->backend, "cuda") == 0) {
     /* CUdevice 0 is the first GPU and stream 0 the default stream: only the context must be set. */
     CHECK(nat.context != 0);
+  } else if (strcmp(info->backend, "metal") == 0) {
+    /* The id<MTLDevice> and the id<MTLCommandQueue>; Metal has no context, so 0 as the contract says. */
+    CHECK(nat.device != 0);
+    CHECK(nat.context == 0);
+    CHECK(nat.queue != 0);
+    CHECK(nat.queue_family == 0);
   } else {
     CHECK(nat.device != 0);
     CHECK(nat.context != 0);

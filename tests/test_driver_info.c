@@ -52,6 +52,10 @@ static void check_device(ferry_device *dev, const ferry_device_info *info) {
   if (strcmp(b, "cuda") == 0) CHECK_MSG(strncmp(d.api_version, "CUDA ", 5) == 0, "cuda: API '%s'", d.api_version);
   if (strcmp(b, "opencl") == 0) CHECK_MSG(strncmp(d.api_version, "OpenCL ", 7) == 0, "opencl: '%s'", d.api_version);
   if (strcmp(b, "vulkan") == 0) CHECK_MSG(strncmp(d.api_version, "Vulkan ", 7) == 0, "vulkan: '%s'", d.api_version);
+  if (strcmp(b, "metal") == 0) {
+    CHECK_MSG(strcmp(d.driver, "Metal") == 0, "metal: driver '%s'", d.driver);
+    CHECK_MSG(strncmp(d.api_version, "Metal", 5) == 0, "metal: API '%s'", d.api_version);
+  }
 
   /* Bad arguments: a sentence, and the output untouched. */
   CHECK_STATUS(ferry_device_driver_info(dev, NULL), FERRY_ERROR_INVALID_ARGUMENT);

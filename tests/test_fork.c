@@ -192,13 +192,14 @@ static void child_of_fresh_parent(void *arg) {
 }
 
 int main(void) {
-  static const char *const backends[] = {"native", "checked", "opencl", "vulkan"};
-  for (int i = 2; i < 4; i++)
+  static const char *const backends[] = {"native", "checked", "opencl", "vulkan", "metal"};
+  enum { BACKENDS = sizeof backends / sizeof backends[0] };
+  for (int i = 2; i < BACKENDS; i++)
     in_child(backends[i], child_of_fresh_parent, (void *)backends[i]);
   /* Copy threads on native whatever the machine: the reported crash needs them. */
   CHECK_OK(ferry_set_option("FERRY_COPY_THREADS", "3"));
   int failed_required = 0;
-  for (int i = 0; i < 4; i++) {
+  for (int i = 0; i < BACKENDS; i++) {
     int r = fork_with(backends[i]);
     if (r == 1) failed_required = 1;
   }

@@ -48,6 +48,8 @@ static const variable_case cases[] = {
     {"FERRY_CUDA_LIBRARY", "libcuda.so.1", {NULL}, {NULL}},
     {"FERRY_CUDA_H2D", "bounce", {"fast", "STREAM", "stream,bounce"}, {"not one of", "not one of", "not one of"}},
     {"FERRY_CUDA_PEER", "0", {"2", "yes", "-1"}, {"neither 0 nor 1", "neither 0 nor 1", "neither 0 nor 1"}},
+    {"FERRY_OBJC_LIBRARY", "/usr/lib/libobjc.A.dylib", {NULL}, {NULL}},
+    {"FERRY_METAL_LIBRARY", "/System/Library/Frameworks/Metal.framework/Metal", {NULL}, {NULL}},
     {"FERRY_OPENCL_LIBRARY", "libOpenCL.so.1", {NULL}, {NULL}},
     {"FERRY_OPENCL_PIPELINE", "0", {"2", "on"}, {"neither 0 nor 1", "neither 0 nor 1"}},
     {"FERRY_VULKAN_LIBRARY", "libvulkan.so.1", {NULL}, {NULL}},

@@ -421,7 +421,11 @@ static ferry_status staged(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem,
   bool direct = !ring_ready(dev);
   if (!direct) {
     side s = side_of(dev, mem, offset, e->ring, e->ring_bytes);
-    if (plan.measure && (st = measure(e, &s, dir, host, n)) == FERRY_OK) {
+    /* Measured once: another transfer may have measured the device while this
+     * one waited for the lock, and the plan reads the figures without it. */
+    if (plan.measure && !atomic_load_explicit(&e->measured[dir], memory_order_acquire))
+      st = measure(e, &s, dir, host, n);
+    if (plan.measure && st == FERRY_OK) {
       plan = ferry__engine_plan(dev, dir, n);
       direct = plan.direct;
     }

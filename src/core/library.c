@@ -17,9 +17,15 @@
 #include "library.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <stdatomic.h>
 #include <stdio.h>
+
+#if defined(__APPLE__)
+/* macOS has no ELF program headers (no link.h, no dl_iterate_phdr), and no fully
+ * static programs: Apple links every program against libSystem dynamically. */
+bool ferry__program_is_static(void) { return false; }
+#else
+#include <link.h>
 
 /* The first object dl_iterate_phdr visits is the program itself. A dynamically
  * linked program names its loader in a PT_INTERP segment; a static one (static
@@ -44,6 +50,7 @@ bool ferry__program_is_static(void) {
   }
   return a == 1;
 }
+#endif /* __APPLE__ */
 
 void *ferry__library_open(const char *path, bool keep_loaded, char *why, size_t why_size) {
   if (ferry__program_is_static()) {

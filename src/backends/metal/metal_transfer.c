@@ -1,0 +1,391 @@
+/*
+ * Moving bytes on a Metal device: blits, and what the core's transfer engine
+ * (src/core/engine.c) asks of a backend.
+ *
+ * On unified memory (ferry_mem.host set: shared storage) the core copies the
+ * bytes itself and nothing here runs for transfers. On discrete GPUs device
+ * memory is private, and the engine moves bytes through pinned blocks:
+ *  - pin_alloc: a shared-storage MTLBuffer (newBufferWithLength:options:), whose
+ *    contents is the block the core hands out; the buffer is the token;
+ *  - pin_register: a block another allocator made, wrapped by
+ *    newBufferWithBytesNoCopy:length:options:deallocator: (shared, nil
+ *    deallocator) where it lies on whole pages of this machine's page size;
+ *    refused otherwise, and the engine then stages through a ring of its own;
+ *  - dma_start: a blit between the token's buffer and device memory, committed;
+ *    the ticket holds the command buffer, which dma_wait waits for, checks and
+ *    releases.
+ *
+ * Apple's blit rule on macOS: offsets and sizes multiples of 4. Every buffer
+ * ferry makes is a whole number of words (metal.c), and:
+ *  - a DMA whose pinned offset and device offset are equal modulo 4 is one blit
+ *    for its whole words; the at most 3 + 3 bytes at its ends move synchronously
+ *    first (below);
+ *  - a range that cannot be blitted in place (offsets that differ modulo 4, or
+ *    the ends of a range) goes through a temporary shared buffer: the words
+ *    around it are blitted there, and the bytes copied by the host. A write that
+ *    starts or ends inside a word reads that word from the device first and
+ *    writes it back whole (read-modify-write, under a lock that every writer of
+ *    a partial word of the buffer takes), so the bytes outside the range stay
+ *    what they were. The same path is the backend's write and read (Metal has
+ *    no call that moves ordinary host memory into a private buffer).
+ */
+#include "metal_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The largest temporary shared buffer a range that cannot be blitted in place
+ * goes through: a window costs one command buffer's round trip (two for a
+ * partial word's read-modify-write), so windows are large, but the temporary
+ * stays small beside what the engine's ring holds. */
+#define TEMP_MAX ((size_t)8 << 20)
+
+static size_t floor4(size_t x) { return x & ~(size_t)3; }
+/* Only for x up to an allocation's length, which is a multiple of 4: no overflow. */
+static size_t ceil4(size_t x) { return (x + 3) & ~(size_t)3; }
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+static bool words(size_t offset, size_t bytes) { return offset % 4 == 0 && bytes % 4 == 0; }
+
+static mtl_id buffer_of(const ferry_mem *mem) { return (mtl_id)mem->handle; }
+
+/* ---- the primitive: blits between buffers of one device ------------------------------ */
+
+typedef struct blit_op {
+  mtl_id src;
+  size_t src_offset;
+  mtl_id dst;
+  size_t dst_offset;
+  size_t bytes; /* > 0; offsets and bytes multiples of 4 */
+} blit_op;
+
+/* Encodes the copies in one command buffer and commits it; *out_wait is the
+ * command buffer (retained) for blit_wait. */
+static ferry_status blit_start(ferry_device *dev, const blit_op *ops, int count, mtl_id *out_wait) {
+  metal_device *md = dev->impl;
+  ferry_status st = FERRY_OK;
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_id cb = mtl_command_buffer(md->queue);
+  mtl_id encoder = cb ? mtl_blit_command_encoder(cb) : MTL_NIL;
+  if (!cb) {
+    st = ferry__fail(FERRY_ERROR_BACKEND, "commandBuffer on %s's queue returned nil", dev->label);
+  } else if (!encoder) {
+    st = ferry__fail(FERRY_ERROR_BACKEND, "blitCommandEncoder on %s returned nil", dev->label);
+  } else {
+    for (int i = 0; i < count; i++)
+      mtl_copy_from_buffer(encoder, ops[i].src, ops[i].src_offset, ops[i].dst, ops[i].dst_offset, ops[i].bytes);
+    mtl_end_encoding(encoder);
+    mtl_commit(cb);
+    *out_wait = mtl_retain(cb); /* past this pool, until blit_wait */
+  }
+  ferry__metal_rt.pool_pop(pool);
+  return st;
+}
+
+/* Waits for a command buffer from blit_start, says how it ended, releases it. */
+static ferry_status blit_wait(ferry_device *dev, mtl_id cb, const char *what) {
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_wait_until_completed(cb);
+  ferry_status st = ferry__metal_completed(dev, cb, what);
+  mtl_release(cb);
+  ferry__metal_rt.pool_pop(pool);
+  return st;
+}
+
+static ferry_status blit_run(ferry_device *dev, const blit_op *ops, int count, const char *what) {
+  mtl_id cb = MTL_NIL;
+  ferry_status st = blit_start(dev, ops, count, &cb);
+  return st == FERRY_OK ? blit_wait(dev, cb, what) : st;
+}
+
+/* ---- ranges that cannot be blitted in place ------------------------------------------ */
+
+void ferry__metal_transfer_init(metal_device *md) {
+  for (int i = 0; i < METAL_RMW_STRIPES; i++)
+    pthread_mutex_init(&md->rmw[i], NULL);
+}
+
+void ferry__metal_transfer_destroy(metal_device *md) {
+  for (int i = 0; i < METAL_RMW_STRIPES; i++)
+    pthread_mutex_destroy(&md->rmw[i]);
+}
+
+static pthread_mutex_t *rmw_lock(metal_device *md, const ferry_mem *mem) {
+  return &md->rmw[(mem->handle >> 4) % METAL_RMW_STRIPES];
+}
+
+/* A shared-storage buffer and its contents, which the host reads and writes:
+ * a temporary for one call, or a pinned block for the engine. */
+typedef struct shared_buffer {
+  mtl_id buffer;
+  unsigned char *contents;
+  size_t bytes;
+} shared_buffer;
+
+static ferry_status shared_make(ferry_device *dev, size_t bytes, const char *purpose, shared_buffer *out) {
+  metal_device *md = dev->impl;
+  ferry_status st = FERRY_OK;
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_id buffer = mtl_new_buffer_with_length(md->device, bytes, MTL_RESOURCE_STORAGE_SHARED);
+  void *contents = buffer ? mtl_contents(buffer) : NULL;
+  if (!buffer) {
+    st = ferry__metal_no_buffer(dev, bytes, "shared", purpose);
+  } else if (!contents) {
+    char size[64];
+    mtl_release(buffer);
+    st = ferry__fail(FERRY_ERROR_BACKEND, "contents of a shared-storage buffer of %s (%s) on %s returned NULL",
+                     ferry__bytes_text(bytes, size), purpose, dev->label);
+  } else {
+    *out = (shared_buffer){.buffer = buffer, .contents = contents, .bytes = bytes};
+  }
+  ferry__metal_rt.pool_pop(pool);
+  return st;
+}
+
+static void temp_free(shared_buffer *t) {
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_release(t->buffer);
+  ferry__metal_rt.pool_pop(pool);
+  t->buffer = MTL_NIL;
+}
+
+/* The temporary for a range: its whole words, at most TEMP_MAX. */
+static ferry_status temp_for(ferry_device *dev, size_t offset, size_t bytes, shared_buffer *out) {
+  return shared_make(dev, min_size(ceil4(offset + bytes) - floor4(offset), TEMP_MAX),
+                     "a temporary for bytes a blit cannot move in place", out);
+}
+
+/* Host memory -> device through a temporary, window by window. Window = the
+ * whole words the range touches, at most the temporary; a word the range covers
+ * only in part (the first and the last at most) is read from the device first
+ * and written back whole. */
+static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src,
+                                       size_t bytes) {
+  metal_device *md = dev->impl;
+  shared_buffer t;
+  ferry_status st = temp_for(dev, offset, bytes, &t);
+  if (st != FERRY_OK) return st;
+  pthread_mutex_t *lock = words(offset, bytes) ? NULL : rmw_lock(md, dst);
+  if (lock) pthread_mutex_lock(lock);
+  mtl_id device_buffer = buffer_of(dst);
+  char what[256];
+  size_t pos = offset, end = offset + bytes;
+  while (pos < end && st == FERRY_OK) {
+    size_t wstart = floor4(pos), wend = min_size(ceil4(end), wstart + t.bytes), stop = min_size(end, wend);
+    blit_op keep[2];
+    int kept = 0;
+    if (pos > wstart) keep[kept++] = (blit_op){device_buffer, wstart, t.buffer, 0, 4};
+    if (stop < wend && !(kept && wend - 4 == wstart))
+      keep[kept++] = (blit_op){device_buffer, wend - 4, t.buffer, wend - 4 - wstart, 4};
+    if (kept) {
+      snprintf(what, sizeof what, "a blit of the partly written words of bytes %zu..%zu to a temporary buffer", wstart,
+               wend);
+      if ((st = blit_run(dev, keep, kept, what)) != FERRY_OK) break;
+    }
+    memcpy(t.contents + (pos - wstart), (const char *)src + (pos - offset), stop - pos);
+    snprintf(what, sizeof what, "a blit of %zu bytes from a temporary buffer to device buffer bytes %zu..%zu",
+             wend - wstart, wstart, wend);
+    st = blit_run(dev, &(blit_op){t.buffer, 0, device_buffer, wstart, wend - wstart}, 1, what);
+    pos = stop;
+  }
+  if (lock) pthread_mutex_unlock(lock);
+  temp_free(&t);
+  return st;
+}
+
+static ferry_status read_through_temp(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes) {
+  shared_buffer t;
+  ferry_status st = temp_for(dev, offset, bytes, &t);
+  if (st != FERRY_OK) return st;
+  char what[256];
+  size_t pos = offset, end = offset + bytes;
+  while (pos < end && st == FERRY_OK) {
+    size_t wstart = floor4(pos), wend = min_size(ceil4(end), wstart + t.bytes), stop = min_size(end, wend);
+    snprintf(what, sizeof what, "a blit of device buffer bytes %zu..%zu to a temporary buffer", wstart, wend);
+    st = blit_run(dev, &(blit_op){buffer_of(src), wstart, t.buffer, 0, wend - wstart}, 1, what);
+    if (st == FERRY_OK) memcpy((char *)dst + (pos - offset), t.contents + (pos - wstart), stop - pos);
+    pos = stop;
+  }
+  temp_free(&t);
+  return st;
+}
+
+/* ---- the backend's own write and read ------------------------------------------------- */
+
+ferry_status ferry__metal_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes) {
+  if (dst->host) { /* shared storage: plain memory */
+    ferry__host_move((char *)dst->host + offset, src, bytes);
+    return FERRY_OK;
+  }
+  return write_through_temp(dev, dst, offset, src, bytes);
+}
+
+ferry_status ferry__metal_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes) {
+  if (src->host) {
+    ferry__host_move(dst, (const char *)src->host + offset, bytes);
+    return FERRY_OK;
+  }
+  return read_through_temp(dev, src, offset, dst, bytes);
+}
+
+/* ---- within the device ------------------------------------------------------------------- */
+
+/* Offsets that differ modulo 4 cannot be blitted on macOS: through host memory,
+ * a window at a time. */
+static ferry_status copy_via_host(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                                  size_t bytes) {
+  size_t chunk = min_size(bytes, TEMP_MAX);
+  void *tmp = malloc(chunk);
+  if (!tmp) {
+    char size[64];
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for %s to copy through on %s",
+                       ferry__bytes_text(chunk, size), dev->label);
+  }
+  ferry_status st = FERRY_OK;
+  for (size_t done = 0; done < bytes && st == FERRY_OK; done += chunk) {
+    size_t n = min_size(chunk, bytes - done);
+    st = ferry__metal_read(dev, src, so + done, tmp, n);
+    if (st == FERRY_OK) st = ferry__metal_write(dev, dst, doff + done, tmp, n);
+  }
+  free(tmp);
+  return st;
+}
+
+/* A few bytes (less than a word) through the host. */
+static ferry_status copy_bytes_via_host(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                                        size_t bytes) {
+  unsigned char tmp[4];
+  ferry_status st = ferry__metal_read(dev, src, so, tmp, bytes);
+  return st == FERRY_OK ? ferry__metal_write(dev, dst, doff, tmp, bytes) : st;
+}
+
+ferry_status ferry__metal_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+                               size_t bytes) {
+  /* The core copies host-visible memory itself; these are for completeness. */
+  if (src->host) return ferry__metal_write(dev, dst, doff, (const char *)src->host + so, bytes);
+  if (dst->host) return ferry__metal_read(dev, src, so, (char *)dst->host + doff, bytes);
+  if (so % 4 != doff % 4) return copy_via_host(dev, src, so, dst, doff, bytes);
+  /* The whole words by one blit; the bytes before and after them through the host. */
+  size_t head = min_size(bytes, (4 - doff % 4) % 4);
+  size_t tail = (bytes - head) % 4;
+  size_t middle = bytes - head - tail;
+  ferry_status st = FERRY_OK;
+  if (middle) {
+    char what[256];
+    snprintf(what, sizeof what, "a blit of %zu bytes from buffer offset %zu to buffer offset %zu", middle, so + head,
+             doff + head);
+    st = blit_run(dev, &(blit_op){buffer_of(src), so + head, buffer_of(dst), doff + head, middle}, 1, what);
+  }
+  if (st == FERRY_OK && head) st = copy_bytes_via_host(dev, src, so, dst, doff, head);
+  if (st == FERRY_OK && tail) st = copy_bytes_via_host(dev, src, so + bytes - tail, dst, doff + bytes - tail, tail);
+  return st;
+}
+
+/* ---- pinned memory for the engine ------------------------------------------------------ */
+
+ferry_status ferry__metal_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token) {
+  shared_buffer block;
+  ferry_status st = shared_make(dev, bytes, "pinned host memory", &block);
+  if (st != FERRY_OK) return st;
+  *out_base = block.contents;
+  *out_token = (uintptr_t)block.buffer;
+  return FERRY_OK;
+}
+
+/* newBufferWithBytesNoCopy takes whole pages of the machine's page size (16 KiB
+ * on Apple silicon), the core's blocks are whole 4 KiB pages: those that are not
+ * on this machine's pages are refused, and the engine stages through this
+ * device's own ring instead. */
+ferry_status ferry__metal_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *out_token) {
+  metal_device *md = dev->impl;
+  char size[64];
+  if ((uintptr_t)base % md->page || bytes % md->page)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED,
+                       "host memory at %p (%s) is not on whole pages of %zu bytes, which "
+                       "newBufferWithBytesNoCopy:length:options:deallocator: needs on %s",
+                       base, ferry__bytes_text(bytes, size), md->page, dev->label);
+  ferry_status st = FERRY_OK;
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_id buffer = mtl_new_buffer_with_bytes_no_copy(md->device, base, bytes, MTL_RESOURCE_STORAGE_SHARED, NULL);
+  if (!buffer)
+    st = ferry__fail(FERRY_ERROR_BACKEND,
+                     "newBufferWithBytesNoCopy:length:options:deallocator: over pinned host memory at %p (%s, shared "
+                     "storage) on %s returned nil",
+                     base, ferry__bytes_text(bytes, size), dev->label);
+  else
+    *out_token = (uintptr_t)buffer;
+  ferry__metal_rt.pool_pop(pool);
+  return st;
+}
+
+void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated) {
+  (void)dev;
+  (void)base;
+  (void)bytes;
+  (void)allocated; /* either way the buffer goes; a registered block's memory stays its allocator's */
+  if (!token) return;
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_release((mtl_id)token);
+  ferry__metal_rt.pool_pop(pool);
+}
+
+/* ---- DMA for the engine ----------------------------------------------------------------- */
+
+/* A blit in flight: the ticket. */
+typedef struct metal_dma {
+  mtl_id command_buffer; /* retained until dma_wait */
+  ferry_dma_dir dir;
+  size_t mem_offset, bytes;
+} metal_dma;
+
+/* A range the blit cannot move in place, complete on return. */
+static ferry_status dma_through_temp(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t offset, void *host,
+                                     size_t bytes) {
+  return dir == FERRY_DMA_TO_DEVICE ? ferry__metal_write(dev, mem, offset, host, bytes)
+                                    : ferry__metal_read(dev, mem, offset, host, bytes);
+}
+
+ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
+                                    const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
+  *out = 0;
+  mtl_id pinned = (mtl_id)host->token;
+  char *p = host->host;
+  /* Token 0 (memory the driver pinned itself) does not happen: this backend
+   * offers no host_pinned. Offsets that differ modulo 4 cannot be blitted. */
+  if (mem->host || !pinned || host->offset % 4 != mem_offset % 4)
+    return dma_through_temp(dev, dir, mem, mem_offset, p, bytes);
+  size_t head = min_size(bytes, (4 - mem_offset % 4) % 4);
+  size_t tail = (bytes - head) % 4;
+  size_t middle = bytes - head - tail;
+  ferry_status st = FERRY_OK;
+  if (head) st = dma_through_temp(dev, dir, mem, mem_offset, p, head);
+  if (st == FERRY_OK && tail) st = dma_through_temp(dev, dir, mem, mem_offset + bytes - tail, p + bytes - tail, tail);
+  if (st != FERRY_OK || middle == 0) return st;
+  metal_dma *dma = malloc(sizeof *dma);
+  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a blit on %s", dev->label);
+  *dma = (metal_dma){.dir = dir, .mem_offset = mem_offset + head, .bytes = middle};
+  size_t at = host->offset + head;
+  blit_op op = dir == FERRY_DMA_TO_DEVICE ? (blit_op){pinned, at, buffer_of(mem), mem_offset + head, middle}
+                                          : (blit_op){buffer_of(mem), mem_offset + head, pinned, at, middle};
+  if ((st = blit_start(dev, &op, 1, &dma->command_buffer)) != FERRY_OK) {
+    free(dma);
+    return st;
+  }
+  *out = (ferry_ticket)(uintptr_t)dma;
+  return FERRY_OK;
+}
+
+ferry_status ferry__metal_dma_wait(ferry_device *dev, ferry_ticket ticket) {
+  metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
+  if (!dma) return FERRY_OK; /* done in dma_start */
+  char what[256];
+  if (dma->dir == FERRY_DMA_TO_DEVICE)
+    snprintf(what, sizeof what, "a blit of %zu bytes from pinned host memory to device buffer offset %zu", dma->bytes,
+             dma->mem_offset);
+  else
+    snprintf(what, sizeof what, "a blit of %zu bytes from device buffer offset %zu to pinned host memory", dma->bytes,
+             dma->mem_offset);
+  ferry_status st = blit_wait(dev, dma->command_buffer, what);
+  free(dma);
+  return st;
+}
