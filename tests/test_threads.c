@@ -5,7 +5,9 @@
  *  - meanwhile threads share a table of handles that they read through, replace
  *    and free at random: every call returns OK or FERRY_ERROR_STALE_BUFFER, and
  *    nothing crashes, even when a buffer is freed during another thread's read;
- *  - ferry_init from many threads at once gives one registry.
+ *  - ferry_init from many threads at once gives one registry;
+ *  - transfer statistics are exact when many threads, short-lived ones included,
+ *    count at once, and start from zero in the next session.
  * Run under TSan in CI.
  */
 #include "harness.h"
@@ -151,6 +153,26 @@ static void *pinned_churn(void *arg) {
   return NULL;
 }
 
+/* Each call: 5 writes of 64 bytes and 3 reads of 16 on native's device (stats phase). */
+enum { STAT_WRITES = 5, STAT_READS = 3 };
+static ferry_device *stats_device;
+
+static void *count_transfers(void *arg) {
+  (void)arg;
+  ferry_buffer b;
+  unsigned char bytes[64] = {0};
+  if (ferry_alloc(stats_device, 64, FERRY_UINT8, &b) != FERRY_OK) {
+    atomic_fetch_add(&unexpected, 1);
+    return NULL;
+  }
+  for (int i = 0; i < STAT_WRITES; i++)
+    if (ferry_write(b, 0, bytes, 64) != FERRY_OK) atomic_fetch_add(&unexpected, 1);
+  for (int i = 0; i < STAT_READS; i++)
+    if (ferry_read(b, 0, bytes, 16) != FERRY_OK) atomic_fetch_add(&unexpected, 1);
+  if (ferry_free(b) != FERRY_OK) atomic_fetch_add(&unexpected, 1);
+  return NULL;
+}
+
 static void run_threads(void *(*fn)(void *), int count) {
   pthread_t t[THREADS * 2];
   for (int i = 0; i < count; i++)
@@ -196,6 +218,41 @@ int main(void) {
     CHECK_MSG(s.live_buffers == 0 && s.bytes_in_use == 0, "device %zu: %llu buffers, %llu bytes still live", d,
               (unsigned long long)s.live_buffers, (unsigned long long)s.bytes_in_use);
   }
+  /* Statistics: rounds of short-lived threads (each thread's record goes back
+   * when it exits and the next thread counts on from it), counted exactly. */
+  harness_context = "statistics";
+  stats_device = harness_device_of("native");
+  if (!stats_device) stats_device = device_at(0);
+  ferry_stats before, after;
+  CHECK_OK(ferry_device_stats(stats_device, &before));
+  enum { ROUNDS = 6 };
+  for (int r = 0; r < ROUNDS; r++)
+    run_threads(count_transfers, THREADS);
+  CHECK_OK(ferry_device_stats(stats_device, &after));
+  uint64_t calls = (uint64_t)ROUNDS * THREADS;
+  CHECK_MSG(after.h2d_count - before.h2d_count == calls * STAT_WRITES &&
+                after.h2d_bytes - before.h2d_bytes == calls * STAT_WRITES * 64 &&
+                after.d2h_count - before.d2h_count == calls * STAT_READS &&
+                after.d2h_bytes - before.d2h_bytes == calls * STAT_READS * 16,
+            "h2d %llu transfers / %llu bytes, d2h %llu / %llu counted; %llu threads made %llu / %llu and %llu / %llu",
+            (unsigned long long)(after.h2d_count - before.h2d_count),
+            (unsigned long long)(after.h2d_bytes - before.h2d_bytes),
+            (unsigned long long)(after.d2h_count - before.d2h_count),
+            (unsigned long long)(after.d2h_bytes - before.d2h_bytes), (unsigned long long)calls,
+            (unsigned long long)(calls * STAT_WRITES), (unsigned long long)(calls * STAT_WRITES * 64),
+            (unsigned long long)(calls * STAT_READS), (unsigned long long)(calls * STAT_READS * 16));
+  CHECK(atomic_load(&unexpected) == 0);
+  ferry_shutdown();
+  /* A new session's devices start from zero, whatever the threads' records hold. */
+  CHECK_OK(ferry_init());
+  stats_device = harness_device_of("native");
+  if (!stats_device) CHECK_OK(ferry_device_get(0, &stats_device));
+  CHECK_OK(ferry_device_stats(stats_device, &after));
+  CHECK(after.h2d_count == 0 && after.d2h_count == 0 && after.h2d_bytes == 0);
+  count_transfers(NULL);
+  CHECK_OK(ferry_device_stats(stats_device, &after));
+  CHECK(after.h2d_count == STAT_WRITES && after.d2h_count == STAT_READS);
+  harness_context = "";
   ferry_shutdown();
   return harness_finish("threads");
 }

@@ -109,6 +109,9 @@ struct ferry_engine {
   unsigned reports; /* staged transfers described under FERRY_DEBUG=engine */
 };
 
+/* The statistics' three kinds of transfer (stats.c). */
+typedef enum ferry_direction { FERRY_H2D, FERRY_D2H, FERRY_D2D, FERRY_DIRECTIONS } ferry_direction;
+
 struct ferry_device_state {
   struct ferry_engine engine;
   bool pin_misaligned; /* the backend's pin_alloc gave an unaligned block once: ask with room to align */
@@ -118,8 +121,9 @@ struct ferry_device_state {
   uint64_t cache_limit;          /* bytes the cache may hold */
   _Atomic uint64_t live_buffers, bytes_in_use, bytes_cached, peak_bytes_in_use;
   _Atomic uint64_t bytes_owned; /* CPU devices: bytes of live buffers with memory of their own (kept <= total_memory) */
-  _Atomic uint64_t h2d_bytes, d2h_bytes, d2d_bytes;
-  _Atomic uint64_t h2d_count, d2h_count, d2d_count;
+  /* Transfers counted by threads without a record of their own (stats.c). */
+  _Atomic uint64_t shared_bytes[FERRY_DIRECTIONS], shared_count[FERRY_DIRECTIONS];
+  uint64_t session; /* the session the device belongs to (ferry__handles_session) */
 };
 
 ferry_status ferry__device_state_init(ferry_device *dev);
@@ -140,7 +144,17 @@ ferry_status ferry__mem_release(ferry_device *dev, ferry_mem *mem, size_t class_
 /* Empties the device's cache into the backend; the first driver failure is returned. */
 ferry_status ferry__cache_trim(ferry_device *dev);
 
-void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v);
+/* Counts one transfer of `bytes` on dev (the destination's, for d2d), in this
+ * thread's own record: no shared cache line, no locked instruction. */
+void ferry__count_transfer(ferry_device *dev, ferry_direction dir, uint64_t bytes);
+/* The device's totals this session, every thread's records added up. */
+void ferry__transfer_totals(const ferry_device *dev, uint64_t bytes[FERRY_DIRECTIONS],
+                            uint64_t count[FERRY_DIRECTIONS]);
+
+/* Inline: the allocation path counts every call. */
+static inline void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
+  atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
+}
 
 /* ---- the transfer engine (engine.c, engine_plan.c) ------------------------ */
 

@@ -16,10 +16,6 @@
 
 #define MIN_CLASS 256u
 
-void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
-  atomic_fetch_add_explicit(counter, v, memory_order_relaxed);
-}
-
 ferry_status ferry__device_state_init(ferry_device *dev) {
   struct ferry_device_state *s = calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
@@ -27,6 +23,7 @@ ferry_status ferry__device_state_init(ferry_device *dev) {
   uint64_t limit;
   if (!ferry__option_number("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
+  s->session = ferry__handles_session();
   dev->state = s;
   return FERRY_OK;
 }

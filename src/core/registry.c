@@ -621,17 +621,19 @@ ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_sta
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_stats: out_stats is NULL");
   } else {
     struct ferry_device_state *s = device->state;
+    uint64_t bytes[FERRY_DIRECTIONS], count[FERRY_DIRECTIONS];
+    ferry__transfer_totals(device, bytes, count);
     *out_stats = (ferry_stats){
         .live_buffers = atomic_load(&s->live_buffers),
         .bytes_in_use = atomic_load(&s->bytes_in_use),
         .bytes_cached = atomic_load(&s->bytes_cached),
         .peak_bytes_in_use = atomic_load(&s->peak_bytes_in_use),
-        .h2d_bytes = atomic_load(&s->h2d_bytes),
-        .d2h_bytes = atomic_load(&s->d2h_bytes),
-        .d2d_bytes = atomic_load(&s->d2d_bytes),
-        .h2d_count = atomic_load(&s->h2d_count),
-        .d2h_count = atomic_load(&s->d2h_count),
-        .d2d_count = atomic_load(&s->d2d_count),
+        .h2d_bytes = bytes[FERRY_H2D],
+        .d2h_bytes = bytes[FERRY_D2H],
+        .d2d_bytes = bytes[FERRY_D2D],
+        .h2d_count = count[FERRY_H2D],
+        .d2h_count = count[FERRY_D2H],
+        .d2d_count = count[FERRY_D2D],
     };
   }
   ferry__leave();

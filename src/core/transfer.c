@@ -20,11 +20,6 @@ static ferry_status backend_failed(ferry_status st, const char *fn, const ferry_
   return ferry__fail(st, "%s: %s: %s", fn, ferry__buffer_text(slot, text), ferry__error_text());
 }
 
-static void count(_Atomic uint64_t *bytes_counter, _Atomic uint64_t *count_counter, size_t bytes) {
-  ferry__stat_add(bytes_counter, bytes);
-  ferry__stat_add(count_counter, 1);
-}
-
 /* ---- checks ---------------------------------------------------------------- */
 
 static ferry_status check_typed(const char *fn, ferry_array a, const ferry_slot *slot, size_t *out_bytes) {
@@ -113,7 +108,7 @@ static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset,
     else if ((st = ferry__engine_write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
-  if (st == FERRY_OK) count(&dev->state->h2d_bytes, &dev->state->h2d_count, bytes);
+  if (st == FERRY_OK) ferry__count_transfer(dev, FERRY_H2D, bytes);
   return st;
 }
 
@@ -128,7 +123,7 @@ static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, 
     else if ((st = ferry__engine_read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
       st = backend_failed(st, fn, slot);
   }
-  if (st == FERRY_OK) count(&dev->state->d2h_bytes, &dev->state->d2h_count, bytes);
+  if (st == FERRY_OK) ferry__count_transfer(dev, FERRY_D2H, bytes);
   return st;
 }
 
@@ -180,7 +175,7 @@ static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry
     return ferry__fail(st, "%s: from %s to %s: %s", fn, ferry__buffer_text(src, a), ferry__buffer_text(dst, b),
                        ferry__error_text());
   }
-  count(&ddev->state->d2d_bytes, &ddev->state->d2d_count, bytes);
+  ferry__count_transfer(ddev, FERRY_D2D, bytes);
   return FERRY_OK;
 }
 
