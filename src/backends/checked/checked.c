@@ -177,10 +177,14 @@ static ferry_status checked_free(ferry_device *dev, ferry_mem *mem) {
   ferry_status st = verify(dev, a);
   char saved[1024] = "";
   if (st != FERRY_OK) snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  /* Out of the live list before it is poisoned: ferry_device_synchronize reads
+   * the live buffers' guards under the lock, from any thread. */
+  pthread_mutex_lock(&cd->lock);
+  list_remove(a);
+  pthread_mutex_unlock(&cd->lock);
   memset(a->raw, GUARD_BYTE, a->total);
   memset(user_bytes(a), FREED_BYTE, a->bytes);
   pthread_mutex_lock(&cd->lock);
-  list_remove(a);
   list_push(&cd->quarantine, a);
   cd->quarantine_bytes += a->bytes;
   cd->quarantine_count++;
