@@ -28,11 +28,11 @@ static const char *number(double v, char buf[32]) {
 const char *bench_bandwidth_text(double gbs, char buf[32]) {
   char n[32];
   if (gbs >= 0.9995)
-    snprintf(buf, 32, "%s GB/s", number(gbs, n));
+    snprintf(buf, 32, "%.24s GB/s", number(gbs, n));
   else if (gbs >= 0.0009995)
-    snprintf(buf, 32, "%s MB/s", number(gbs * 1e3, n));
+    snprintf(buf, 32, "%.24s MB/s", number(gbs * 1e3, n));
   else
-    snprintf(buf, 32, "%s KB/s", number(gbs * 1e6, n));
+    snprintf(buf, 32, "%.24s KB/s", number(gbs * 1e6, n));
   return buf;
 }
 
@@ -40,11 +40,11 @@ const char *bench_bandwidth_text(double gbs, char buf[32]) {
 static const char *time_text(double us, char buf[32]) {
   char n[32];
   if (us >= 999999.5)
-    snprintf(buf, 32, "%s s", number(us / 1e6, n));
+    snprintf(buf, 32, "%.24s s", number(us / 1e6, n));
   else if (us >= 9999.5)
-    snprintf(buf, 32, "%s ms", number(us / 1e3, n));
+    snprintf(buf, 32, "%.24s ms", number(us / 1e3, n));
   else
-    snprintf(buf, 32, "%s us", number(us, n));
+    snprintf(buf, 32, "%.24s us", number(us, n));
   return buf;
 }
 
@@ -181,7 +181,7 @@ static void table_row(FILE *f, const char *label, const bench_row *row, const ch
     way = tag;
     if (latency) lat_r = number(row->raw[0].t.median * 1e6, lr);
   }
-  char line[256];
+  char line[512];
   snprintf(line, sizeof line, "  %-14s %8s %10s %5s %10s %5s %9s  %-8s %8s %8s", label,
            bench_size_text(row->bytes, size), ferry_col, ferry_sp, raw_col, raw_sp, ratio_col, way, lat_f, lat_r);
   size_t n = strlen(line);

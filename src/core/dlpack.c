@@ -253,7 +253,7 @@ static ferry_status export_tensor(const char *fn, ferry_buffer buffer, bool vers
     ferry__leave();
     return st;
   }
-  ferry_dl_device device;
+  ferry_dl_device device = {0};
   if (!out_tensor)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_tensor is NULL", fn);
   else

@@ -162,7 +162,7 @@ static ferry_status temp_for(ferry_device *dev, size_t offset, size_t bytes, sha
 static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src,
                                        size_t bytes) {
   metal_device *md = dev->impl;
-  shared_buffer t;
+  shared_buffer t = {0};
   ferry_status st = temp_for(dev, offset, bytes, &t);
   if (st != FERRY_OK) return st;
   pthread_mutex_t *lock = words(offset, bytes) ? NULL : rmw_lock(md, dst);
@@ -194,7 +194,7 @@ static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t
 }
 
 static ferry_status read_through_temp(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes) {
-  shared_buffer t;
+  shared_buffer t = {0};
   ferry_status st = temp_for(dev, offset, bytes, &t);
   if (st != FERRY_OK) return st;
   char what[256];
@@ -284,7 +284,7 @@ ferry_status ferry__metal_copy(ferry_device *dev, const ferry_mem *src, size_t s
 /* ---- pinned memory for the engine ------------------------------------------------------ */
 
 ferry_status ferry__metal_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token) {
-  shared_buffer block;
+  shared_buffer block = {0};
   ferry_status st = shared_make(dev, bytes, "pinned host memory", &block);
   if (st != FERRY_OK) return st;
   *out_base = block.contents;
