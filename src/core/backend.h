@@ -19,6 +19,8 @@
 
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
 
 #if defined(__GNUC__)
 #define FERRY_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -289,9 +291,20 @@ const char *ferry__error_text(void);
  * memcpy semantics (no overlap). */
 void ferry__parallel_memcpy(void *dst, const void *src, size_t n);
 
-/* memmove semantics: ferry__parallel_memcpy when the ranges are apart, memmove
- * when they overlap, nothing when they are the same. */
-void ferry__host_move(void *dst, const void *src, size_t n);
+/* memmove semantics: memmove when the ranges overlap, nothing when they are the
+ * same, else memcpy for a few KiB and ferry__parallel_memcpy above. Inline: the
+ * per-call cost of a small native transfer is a target (docs/PERFORMANCE.md), and
+ * the copy threads' path is calls deep before it reaches a memcpy. */
+static inline void ferry__host_move(void *dst, const void *src, size_t n) {
+  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+  if (d == s || n == 0) return;
+  if (d < s + n && s < d + n)
+    memmove(dst, src, n);
+  else if (n <= 4096)
+    memcpy(dst, src, n);
+  else
+    ferry__parallel_memcpy(dst, src, n);
+}
 
 /* Bytes of physical memory on the host (UINT64_MAX if unknown). */
 uint64_t ferry__host_ram(void);

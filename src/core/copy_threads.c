@@ -238,15 +238,6 @@ void ferry__parallel_memcpy(void *dst, const void *src, size_t n) { parallel_cop
 
 void ferry__parallel_copy_for_dma(void *dst, const void *src, size_t n) { parallel_copy(dst, src, n, true); }
 
-void ferry__host_move(void *dst, const void *src, size_t n) {
-  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-  if (d == s || n == 0) return;
-  if (d < s + n && s < d + n)
-    memmove(dst, src, n);
-  else
-    ferry__parallel_memcpy(dst, src, n);
-}
-
 void ferry__copy_threads_hold(void) { atomic_fetch_add(&pool.holders, 1); }
 
 void ferry__copy_threads_release(void) {

@@ -500,21 +500,10 @@ static ferry_status pageable(ferry_device *dev, ferry_dma_dir dir, ferry_mem *me
   return staged(dev, dir, mem, offset, host, n, plan);
 }
 
-/* Bytes between the user's memory and host memory the device's buffer is: small
- * ones by memcpy here (the per-call cost of native transfers is a target, and
- * the copy threads' path is three calls deep), others by ferry__host_move. */
-static inline void host_bytes(void *dst, const void *src, size_t n) {
-  uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
-  if (n <= 4096 && (d + n <= s || s + n <= d))
-    memcpy(dst, src, n);
-  else
-    ferry__host_move(dst, src, n);
-}
-
 ferry_status ferry__engine_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t n) {
   if (n == 0) return FERRY_OK;
   if (dst->host) {
-    host_bytes((char *)dst->host + offset, src, n);
+    ferry__host_move((char *)dst->host + offset, src, n);
     return FERRY_OK;
   }
   ferry_pinned pin;
@@ -525,7 +514,7 @@ ferry_status ferry__engine_write(ferry_device *dev, ferry_mem *dst, size_t offse
 ferry_status ferry__engine_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t n) {
   if (n == 0) return FERRY_OK;
   if (src->host) {
-    host_bytes(dst, (const char *)src->host + offset, n);
+    ferry__host_move(dst, (const char *)src->host + offset, n);
     return FERRY_OK;
   }
   /* The backend reads from mem without changing it; the DMA interface takes one pointer for both ways. */

@@ -110,9 +110,10 @@ ferry_status ferry__pinned_alloc(ferry_device *dev, size_t bytes, bool user, voi
   char size[64], ram[64];
   uint64_t limit = ferry__host_ram();
   size_t span = (bytes + PAGE - 1) & ~(PAGE - 1);
+  /* Never handed to an allocator: sanitizers abort on such sizes. */
   if (bytes > limit || span < bytes)
-    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "cannot pin %s of host memory for %s: the host has %s of RAM",
-                       ferry__bytes_text(bytes, size), dev->label, ferry__bytes_text(limit, ram));
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s asked, but this machine has %s of memory",
+                       ferry__bytes_text(bytes, size), ferry__bytes_text(limit, ram));
   pinned_block *b = malloc(sizeof *b);
   if (!b) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block");
   if (stages(dev)) {
