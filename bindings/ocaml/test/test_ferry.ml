@@ -458,7 +458,14 @@ let progress dev =
   done;
   stop := true;
   Thread.join ticker;
-  check (!seen > 0) "the other thread never ran during %d transfers" !transfers;
+  (* Under valgrind every thread runs in turn on valgrind's own lock, which it
+     hands over when it chooses, not when ferry releases the runtime lock: there
+     the test still runs both threads through the transfers (for memcheck), and
+     the plain ctest "ocaml" makes the check. *)
+  if Sys.getenv_opt "FERRY_OCAML_TEST_THREADS_SERIAL" = Some "1" then
+    Printf.printf "  (threads serialised by the runner: the other thread ran %d times in %d transfers)\n" !seen
+      !transfers
+  else check (!seen > 0) "the other thread never ran during %d transfers" !transfers;
   M.free b
 
 (* ---- the framework's own types ------------------------------------------- *)
