@@ -1,5 +1,5 @@
 # The README's commands:
-#   make run    build, then `ferry info` and a quick benchmark on every device present
+#   make run    build the command, then `ferry info` and a short table of a quick benchmark
 #   make test   build, then every test (a backend whose driver is absent is skipped, by name)
 #   make install PREFIX=dir   build, then install everything a user needs under dir
 # Options: BUILD=dir (default build), CMAKE_FLAGS="-DFERRY_SANITIZE=address", JOBS=n.
@@ -21,9 +21,13 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
-	./$(BUILD)/ferry info
-	./$(BUILD)/ferry bench --quick
+# make run builds the command alone (not the tests), then shows `ferry info` and a
+# short table of a quick benchmark; the full tables and the JSON go to files it names.
+run:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS)
+	cmake --build $(BUILD) --target ferry_tool -j $(JOBS)
+	@./$(BUILD)/ferry info
+	@./$(BUILD)/ferry bench --quick --summary --tables $(BUILD)/bench-quick.txt --json $(BUILD)/bench-quick.json
 
 # ctest reports each backend's conformance run as passed, failed or skipped;
 # the last line lists the backends and why any were skipped (and fails when
@@ -46,13 +50,14 @@ install-files:
 	cmake --install $(BUILD) --prefix $(PREFIX)
 	sh bindings/ocaml/install.sh $(BUILD) $(PREFIX)
 
-# The Python package `ferry` for $(PYTHON) under $(PREFIX) (bindings/python/install.sh;
-# skipped, saying why, without python3-dev).
+# The Python package `ferry` for $(PYTHON) (default: the first python3 on PATH;
+# PYTHON=/usr/bin/python3 for Debian's) under $(PREFIX) (bindings/python/install.sh;
+# skipped, saying what that Python lacks and how to choose another).
 install-python:
 	PYTHON=$(PYTHON) sh bindings/python/install.sh $(PREFIX)
 
 format:
-	clang-format -i include/*.h src/*/*.[ch] src/backends/*/*.[ch] tools/*.[ch] tests/*.[ch] bench/*.[ch]
+	clang-format -i include/*.h src/*/*.[ch] src/backends/*/*.[ch] tools/*.[ch] raw/*.[ch] tests/*.[ch] bench/*.[ch]
 
 clean:
 	rm -rf $(BUILD)

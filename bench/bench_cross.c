@@ -1,6 +1,6 @@
 /*
  * bench_cross: copies between devices of different backends, and which pinned
- * memory each device's DMA moves fastest (issue 15's focused study; `ferry
+ * memory each device's DMA moves fastest (the transfer engine's focused study; `ferry
  * bench` measures one device at a time).
  *
  *  1. Every ordered pair of devices of different backends: ferry_device_to_device

@@ -1,9 +1,9 @@
-/* A focused study beside `ferry bench`: the issue-5 targets (pass or miss), ferry from pageable memory against
+/* A focused study beside `ferry bench`: ferry's CUDA speed targets (pass or miss), ferry from pageable memory against
  * cuMemcpy from pinned memory, 64-byte latency on a plain cuMemAlloc buffer, each FERRY_CUDA_H2D way, and (--sweep)
  * the staging pipeline under other FERRY_STAGE_BYTES and FERRY_COPY_THREADS: none of which ferry bench measures. */
 /*
  * bench_cuda: ferry's cuda backend against the raw driver calls, on each CUDA
- * device, in one run on one set of memory (the issue-5 figures).
+ * device, in one run on one set of memory (the figures of ferry's CUDA speed targets).
  *
  *   bench_cuda [--quick] [--targets] [--csv FILE] [--device N] [--sweep]
  *
@@ -30,8 +30,8 @@
  * counts. The results go to stdout as a table, and with --csv to FILE, one
  * line per row.
  */
-#include "backends/cuda/cuda_api.h"
 #include "raw.h"
+#include "raw_cuda.h"
 #include "timing.h"
 
 #include <stdarg.h>
@@ -44,7 +44,13 @@
 
 static bool quick, sweep, targets_only;
 static FILE *csv;
-static const ferry_cuda_api *api;
+/* The raw baseline's driver table (raw/raw_cuda.h), for the plain cuMemAlloc buffer's calls. */
+static const raw_cuda_driver *api;
+
+static const raw_cuda_driver *driver(void) {
+  char why[256];
+  return raw_cuda_driver_load(why);
+}
 static const raw_ops *raw_calls;
 
 /* ---- timing --------------------------------------------------------------------- */
@@ -401,7 +407,7 @@ static void h2d_modes(size_t index) {
     ferry_device_info_get(dev, &info);
     device_index = info.index;
     device_name = info.name; /* the old session's strings are gone */
-    api = ferry__cuda_api();
+    api = driver();
     char why[256];
     raw_baseline *raw = raw_calls->open(dev, why);
     if (!raw) die("raw baseline: %s", why);
@@ -472,7 +478,7 @@ static void pipeline_sweep(size_t index) {
       ferry_device_info_get(dev, &info);
       device_index = info.index;
       device_name = info.name;
-      api = ferry__cuda_api();
+      api = driver();
       char why[256];
       raw_baseline *raw = raw_calls->open(dev, why);
       if (!raw) die("raw baseline: %s", why);
@@ -533,7 +539,7 @@ int main(int argc, char **argv) {
   }
   if (ferry_init() != FERRY_OK) die("ferry_init: %s", ferry_last_error());
   raw_calls = raw_ops_for("cuda");
-  api = ferry__cuda_api();
+  api = driver();
   ferry_backend_info cuda = {0};
   for (size_t i = 0; i < ferry_backend_count(); i++)
     if (ferry_backend_get(i, &cuda) == FERRY_OK && strcmp(cuda.name, "cuda") == 0) break;

@@ -58,6 +58,9 @@ typedef enum ferry_status {
   FERRY_ERROR_OUT_OF_MEMORY,    /* device or host memory exhausted (after releasing cached memory) */
   FERRY_ERROR_NO_DEVICE,        /* device index out of range */
   FERRY_ERROR_BACKEND,          /* a driver call failed; the message names the call and the driver's code */
+  FERRY_NOT_READY,              /* ferry_queue_query / ferry_event_query: work still running (not an error) */
+  FERRY_ERROR_STALE_HANDLE,     /* a queue, event or request handle that was destroyed or never existed */
+  FERRY_ERROR_CANCELLED,        /* not run: an earlier operation on the same queue failed */
 } ferry_status;
 
 /* The enumerator's name, "FERRY_ERROR_SIZE_MISMATCH"; "FERRY_STATUS_UNKNOWN" for
@@ -137,7 +140,9 @@ FERRY_API ferry_status ferry_init(void);
  * the drivers. Every buffer handle and device pointer becomes stale; a later call
  * initialises again, and old handles stay stale, whatever happened before. Memory
  * that DLPack tensors still hold is released too (their deleters stay safe to call
- * later; see ferry_dlpack_export), and imported tensors' deleters run. With
+ * later; see ferry_dlpack_export), and imported tensors' deleters run, on this
+ * thread, just before ferry_shutdown returns, when the session is gone and
+ * ferry holds no lock (see ferry_dlpack_import). With
  * FERRY_DEBUG=leaks in the environment, prints every buffer still live to stderr
  * first. Safe while other threads are inside ferry calls: it waits for the calls
  * in flight (a transfer finishes, on the buffer it started with), and calls that
@@ -220,9 +225,32 @@ FERRY_API size_t ferry_backend_count(void);
  * order devices are numbered. FERRY_ERROR_NO_DEVICE when out of range. */
 FERRY_API ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info);
 
-/* What a device's driver says about itself (an extension to the contract, for
+/* A Vulkan memory heap (VkMemoryHeap), in ferry_driver_info. */
+typedef struct ferry_memory_heap {
+  uint64_t size;  /* bytes */
+  uint32_t flags; /* VkMemoryHeapFlags: 1 device-local, 2 multi-instance */
+} ferry_memory_heap;
+
+/* A Vulkan memory type (VkMemoryType), in ferry_driver_info. */
+typedef struct ferry_memory_type {
+  uint32_t flags; /* VkMemoryPropertyFlags: 1 device-local, 2 host-visible, 4 host-coherent, 8 host-cached, ... */
+  uint32_t heap;  /* the index of its heap in ferry_driver_info.heaps */
+} ferry_memory_type;
+
+/* A Vulkan queue family (VkQueueFamilyProperties), in ferry_driver_info. */
+typedef struct ferry_queue_family {
+  uint32_t flags; /* VkQueueFlags: 1 graphics, 2 compute, 4 transfer, 8 sparse binding, ... */
+  uint32_t count; /* queues in the family */
+} ferry_queue_family;
+
+#define FERRY_MAX_HEAPS          16
+#define FERRY_MAX_MEMORY_TYPES   32
+#define FERRY_MAX_QUEUE_FAMILIES 16
+
+/* What a device's driver says about itself (beyond the framework's Memory API, for
  * tools and bug reports: `ferry info --verbose`, the header of `ferry bench`).
- * Every string is NUL-terminated, and empty where the driver gives nothing. */
+ * Every string is NUL-terminated, and empty where the driver gives nothing; every
+ * number is 0 where the driver gives nothing. */
 typedef struct ferry_driver_info {
   /* The driver's name: "NVIDIA" (cuda: from /proc/driver/nvidia/version; else the
    * library loaded, "libcuda.so.1"), the OpenCL platform's name ("NVIDIA CUDA",
@@ -248,6 +276,35 @@ typedef struct ferry_driver_info {
    * cl_amd_device_attribute_query; MemAvailable on native and checked); 0 when
    * the driver does not say. */
   uint64_t free_memory;
+
+  /* Added after the fields above (0.1.0): what clinfo and vulkaninfo show first. */
+
+  /* free_memory is the host's MemAvailable, not the driver's: a CPU device whose
+   * driver says nothing of its free memory (PoCL, lavapipe) allocates from the
+   * host's, so the host's figure is given, marked by this. Always false on the
+   * host backends (native, checked), whose memory is the host's by definition. */
+  bool free_memory_from_host;
+  /* OpenCL: CL_DEVICE_MAX_COMPUTE_UNITS (processor cores on CPU devices,
+   * multiprocessors on GPUs); native and checked: processors online. */
+  uint32_t compute_units;
+  /* OpenCL: CL_DEVICE_MAX_CLOCK_FREQUENCY, in MHz. */
+  uint32_t clock_mhz;
+  /* OpenCL: CL_DEVICE_MAX_WORK_GROUP_SIZE; Vulkan: maxComputeWorkGroupInvocations. */
+  uint64_t max_work_group_size;
+  /* OpenCL: CL_DEVICE_LOCAL_MEM_SIZE; Vulkan: maxComputeSharedMemorySize; bytes. */
+  uint64_t local_memory;
+  /* OpenCL's CL_DEVICE_LOCAL_MEM_TYPE: 1 memory of its own (CL_LOCAL), 2 carved
+   * from global memory (CL_GLOBAL); 0 where the driver does not say. */
+  uint32_t local_memory_type;
+  /* Vulkan: the memory heaps, memory types and queue families of the physical
+   * device (vkGetPhysicalDeviceMemoryProperties, vkGetPhysicalDeviceQueueFamilyProperties),
+   * as many as the counts say. */
+  uint32_t heap_count;
+  ferry_memory_heap heaps[FERRY_MAX_HEAPS];
+  uint32_t memory_type_count;
+  ferry_memory_type memory_types[FERRY_MAX_MEMORY_TYPES];
+  uint32_t queue_family_count;
+  ferry_queue_family queue_families[FERRY_MAX_QUEUE_FAMILIES];
 } ferry_driver_info;
 
 /* Fills *out_info with what the device's driver says about itself. Asks the
@@ -301,9 +358,12 @@ FERRY_API size_t ferry_option_count(void);
 /* Fills *out for setting `index` (0 .. ferry_option_count()-1), in a fixed order
  * (the core's, then each backend's). While ferry is running, the value is the one
  * it read at ferry_init; before, the one the next ferry_init would read. Does not
- * start ferry. The strings stay valid until the next ferry_set_option, ferry_init
- * or ferry_shutdown call (before ferry_init, also until the environment variable
- * changes). FERRY_ERROR_INVALID_ARGUMENT for a NULL out or an index out of range. */
+ * start ferry. The strings stay valid for as long as the process runs, whatever
+ * any thread calls later (ferry_set_option, ferry_init, ferry_shutdown included):
+ * they describe the setting when it was asked, and ferry keeps one copy of each
+ * distinct value it has shown. FERRY_ERROR_INVALID_ARGUMENT for a NULL out or an
+ * index out of range, FERRY_ERROR_OUT_OF_MEMORY when no host memory is left for
+ * the copy of a value. */
 FERRY_API ferry_status ferry_option_get(size_t index, ferry_option_info *out);
 
 /* ------------------------------------------------------------------------- */
@@ -364,7 +424,8 @@ FERRY_API ferry_status ferry_alloc_custom(ferry_device *device, size_t length, s
  * host.length. Every other device returns FERRY_ERROR_UNSUPPORTED (OpenCL CPU
  * devices included: their memory is the runtime's, not the array's). Freeing the
  * buffer never frees the array; the caller keeps it alive until then. Several
- * zero-copy buffers may share host memory. */
+ * zero-copy buffers may share host memory. The array's own mistakes are
+ * ferry_alloc_host_ptr's: FERRY_ERROR_INVALID_ARGUMENT or FERRY_ERROR_OVERFLOW. */
 FERRY_API ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array host, ferry_buffer *out_buffer);
 
 /* Explicit opt-in, never used implicitly: a device buffer created over the host
@@ -377,7 +438,8 @@ FERRY_API ferry_status ferry_alloc_zero_copy(ferry_device *device, ferry_array h
  * stores the reason in *out_refusal (which may be NULL); on success
  * *out_refusal is FERRY_REFUSAL_NONE. Arguments that are wrong whatever the device
  * (NULL device or out_buffer, NULL data with a nonzero length, an unknown or
- * custom kind, an overflowing length) give FERRY_ERROR_INVALID_ARGUMENT or
+ * custom kind, an overflowing length, an array whose end lies past the last
+ * address) give FERRY_ERROR_INVALID_ARGUMENT or
  * FERRY_ERROR_OVERFLOW, not a refusal. */
 FERRY_API ferry_status ferry_alloc_host_ptr(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
                                             ferry_refusal *out_refusal);
@@ -509,6 +571,135 @@ typedef struct ferry_stats {
 FERRY_API ferry_status ferry_device_stats(const ferry_device *device, ferry_stats *out_stats);
 
 /* ------------------------------------------------------------------------- */
+/* Queues and events: asynchronous work                                      */
+/* ------------------------------------------------------------------------- */
+
+/*
+ * A queue belongs to one device and runs the operations submitted to it in the
+ * order submitted: a CUDA stream, an in-order OpenCL command queue, a chain of
+ * Vulkan submissions, a Metal command queue, a thread of ferry's on the host
+ * backends. Operations on different queues are unordered unless
+ * ferry_queue_wait_event orders them. Every device has a default queue
+ * (ferry_queue_default); the synchronous calls above first wait for the work
+ * already submitted to it, so that code mixing the two stays in order.
+ *
+ * Everything is checked when an operation is submitted (handles, byte ranges,
+ * overflow, a NULL host pointer with bytes > 0, the queue's device); a bad call
+ * returns its error at once and submits nothing. An operation holds its buffers
+ * until it ends: ferry_free during it succeeds and the memory stays valid.
+ * Host memory passed to an _async call must stay alive and unchanged (for a
+ * read: untouched) until the operation completes; ordinary (pageable) memory is
+ * fine, and the call returns without waiting for the bytes.
+ *
+ * A failure while the work runs is reported once, with a sentence naming the
+ * operation and the driver's words, by the first of ferry_queue_synchronize,
+ * ferry_queue_query, ferry_queue_destroy, ferry_device_synchronize, or
+ * ferry_event_synchronize / ferry_event_query on an event recorded on the queue
+ * after the failed operation. The operations submitted behind it are not run
+ * (the sentence says how many); until the report, submissions to the queue
+ * (the synchronous calls too, for the default queue) return
+ * FERRY_ERROR_CANCELLED. Once reported, the queue works again.
+ *
+ * Handles are values like ferry_buffer: a destroyed or made-up handle is
+ * FERRY_ERROR_STALE_HANDLE, never a crash; after ferry_shutdown() every queue
+ * and event handle is stale.
+ */
+typedef struct ferry_queue {
+  uint64_t id;
+} ferry_queue;
+typedef struct ferry_event {
+  uint64_t id;
+} ferry_event;
+#ifdef __cplusplus
+#define FERRY_NULL_QUEUE (ferry_queue{0})
+#define FERRY_NULL_EVENT (ferry_event{0})
+#else
+#define FERRY_NULL_QUEUE ((ferry_queue){0})
+#define FERRY_NULL_EVENT ((ferry_event){0})
+#endif
+
+/* A new queue of the device, with a native queue of its own. */
+FERRY_API ferry_status ferry_queue_create(ferry_device *device, ferry_queue *out_queue);
+
+/* The device's own queue: the same handle every time; ferry_queue_destroy
+ * refuses it (FERRY_ERROR_INVALID_ARGUMENT). */
+FERRY_API ferry_status ferry_queue_default(ferry_device *device, ferry_queue *out_queue);
+
+/* Waits for the queue's work, then frees it; the handle is stale at once.
+ * Returns a failure of the queue's work not yet reported (the queue is freed
+ * all the same). */
+FERRY_API ferry_status ferry_queue_destroy(ferry_queue queue);
+
+/* Waits until everything submitted to the queue has completed; reports a
+ * failure of its work (see above). */
+FERRY_API ferry_status ferry_queue_synchronize(ferry_queue queue);
+
+/* FERRY_OK when everything submitted has completed, FERRY_NOT_READY while work
+ * runs; never waits. Reports a failure like ferry_queue_synchronize. */
+FERRY_API ferry_status ferry_queue_query(ferry_queue queue);
+
+/* The native queue under a ferry queue, for launching one's own kernels in its
+ * order: .queue is the CUstream, cl_command_queue, VkQueue (and .queue_family)
+ * or id<MTLCommandQueue>, 0 on the host backends; .device and .context as
+ * ferry_device_native. Work submitted to a CUDA stream or an OpenCL queue is
+ * ordered with the ferry queue's as the driver orders it; on Vulkan, order with
+ * events instead, and submit nothing to the VkQueue while a ferry call on that
+ * device runs (Vulkan wants a queue externally synchronised). */
+FERRY_API ferry_status ferry_queue_native(ferry_queue queue, ferry_native *out_native);
+
+/* ferry_write, ferry_read, ferry_copy on a queue. write and read take a queue
+ * of the buffer's device; copy a queue of the source's or the destination's
+ * device (the devices may be of different backends). Any other queue is
+ * FERRY_ERROR_INVALID_ARGUMENT. Zero bytes is a valid operation that moves
+ * nothing (an offset equal to the buffer's size is then in range). */
+FERRY_API ferry_status ferry_write_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, const void *src,
+                                         size_t bytes);
+FERRY_API ferry_status ferry_read_async(ferry_queue queue, ferry_buffer src, size_t src_offset, void *dst,
+                                        size_t bytes);
+FERRY_API ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
+                                        size_t dst_offset, size_t bytes);
+
+/* Sets [dst_offset, dst_offset + bytes) of dst to `pattern` repeated: a pattern
+ * of 1, 2 or 4 bytes, copied when submitted; bytes and dst_offset must be
+ * multiples of pattern_size (else FERRY_ERROR_INVALID_ARGUMENT). ferry_fill is
+ * synchronous, as the transfers above. */
+FERRY_API ferry_status ferry_fill(ferry_buffer dst, size_t dst_offset, size_t bytes, const void *pattern,
+                                  size_t pattern_size);
+FERRY_API ferry_status ferry_fill_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, size_t bytes,
+                                        const void *pattern, size_t pattern_size);
+
+/* An event, bound to no device until recorded; one never recorded is complete. */
+FERRY_API ferry_status ferry_event_create(ferry_event *out_event);
+
+/* The handle is stale at once; waits that queues already take on it stay. */
+FERRY_API ferry_status ferry_event_destroy(ferry_event event);
+
+/* Captures all work submitted to the queue so far; recording again replaces
+ * the capture (on any queue of any device). */
+FERRY_API ferry_status ferry_event_record(ferry_event event, ferry_queue queue);
+
+/* The queue's later operations wait for the event's capture as it stands now,
+ * whatever its device and backend, without blocking the calling thread. */
+FERRY_API ferry_status ferry_queue_wait_event(ferry_queue queue, ferry_event event);
+
+/* Waits for the event's capture; reports a failure of the queue's work before
+ * it (see above). */
+FERRY_API ferry_status ferry_event_synchronize(ferry_event event);
+
+/* FERRY_OK when the capture has completed, FERRY_NOT_READY while not; never
+ * waits. */
+FERRY_API ferry_status ferry_event_query(ferry_event event);
+
+/* Milliseconds from start's completion to stop's (negative if stop completed
+ * first), both last recorded on queues of one device, from the device's own
+ * clock where it has one (CUDA events, OpenCL profiling, Vulkan timestamps,
+ * Metal's GPU times), else the host's monotonic clock at completion.
+ * FERRY_ERROR_INVALID_ARGUMENT if either was never recorded or they were last
+ * recorded on different devices; else FERRY_NOT_READY if either is not
+ * complete. */
+FERRY_API ferry_status ferry_event_elapsed(ferry_event start, ferry_event stop, double *out_ms);
+
+/* ------------------------------------------------------------------------- */
 /* DLPack: buffers in and out of NumPy, PyTorch, CuPy, JAX, TVM (extension)  */
 /* ------------------------------------------------------------------------- */
 
@@ -632,7 +823,10 @@ FERRY_API ferry_status ferry_dlpack_find_device(ferry_dl_device dl_device, ferry
  * (ferry_device_ptr). Many tensors may be exported from one buffer.
  *
  * Lifetime: the tensor holds the buffer's memory until the consumer calls its
- * deleter (exactly once, from any thread). ferry_free on the buffer makes the
+ * deleter, exactly once, from any thread and at any time: a garbage collector's
+ * thread while another thread is inside ferry_shutdown is fine (the tensor's
+ * reference is then dropped by exactly one of the two, and neither waits for the
+ * other). ferry_free on the buffer makes the
  * handle stale at once, as always, but the memory stays, under the tensor, until
  * the last tensor exported from it is released. ferry_shutdown releases every
  * buffer's memory, exported or not: a tensor still held then points to released
@@ -663,7 +857,9 @@ FERRY_API ferry_status ferry_dlpack_export_versioned(ferry_buffer buffer,
  *    ordinal; the driver must know the pointer as that device's memory, and the
  *    tensor must lie inside one allocation;
  *  - FERRY_DL_OPENCL: a buffer over the cl_mem, when it is a buffer of the ferry
- *    device's own context (byte_offset 0 only);
+ *    device's own context (byte_offset 0 only); a `data` that is no OpenCL
+ *    object of the device's driver (a host address, a number that is no handle)
+ *    is refused before the driver sees it, which would crash on it;
  *  - a tensor ferry itself exported, from any device (Vulkan and Metal included):
  *    a second buffer over the same memory, on the same device.
  * The buffer's kind follows the dtype: INT/UINT 8..64, FLOAT 16/32/64, BFLOAT 16,
@@ -673,7 +869,16 @@ FERRY_API ferry_status ferry_dlpack_export_versioned(ferry_buffer buffer,
  *
  * Ownership: on FERRY_OK, ferry owns the tensor and calls its deleter exactly once,
  * when the buffer's memory is released (ferry_free, or ferry_shutdown for a buffer
- * still live then); the tensor's memory must stay valid until then. On any other
+ * still live then); the tensor's memory must stay valid until then. The deleter
+ * runs on the thread that released the memory, once that thread is out of
+ * ferry's calls and ferry holds no lock there (at the end of ferry_free, of the
+ * transfer or the consumer's deleter that dropped the buffer's last reference, of
+ * ferry_shutdown), so it may call ferry like any code: give memory back with
+ * ferry_host_free, even shut ferry down. The deleters that ferry_shutdown runs do
+ * so once the session is gone: a call from one of them that would start ferry
+ * again fails at once with FERRY_ERROR_INVALID_ARGUMENT (ferry_shutdown released
+ * everything, ferry_host_alloc's blocks included), and ferry_shutdown from one
+ * has nothing left to do. On any other
  * status ferry did not take the tensor and did not call its deleter: the caller
  * still owns it (every check is made before ferry takes it).
  *
@@ -691,7 +896,8 @@ FERRY_API ferry_status ferry_dlpack_export_versioned(ferry_buffer buffer,
  * reasons for host memory on a GPU. Malformed tensors are
  * FERRY_ERROR_INVALID_ARGUMENT (NULL tensor or out_buffer, negative ndim or
  * extents, NULL shape with ndim > 0, NULL data with bytes, data + byte_offset
- * wrapping around) or FERRY_ERROR_OVERFLOW (the byte count does not fit in
+ * wrapping around, or an end (one past the last byte) beyond the last address)
+ * or FERRY_ERROR_OVERFLOW (the byte count does not fit in
  * size_t); a tensor ferry exported before ferry_shutdown is
  * FERRY_ERROR_STALE_BUFFER. *out_refusal is FERRY_REFUSAL_NONE on success. */
 FERRY_API ferry_status ferry_dlpack_import(ferry_dl_managed_tensor *tensor, ferry_device *device,

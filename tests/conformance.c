@@ -37,18 +37,23 @@ static bool find_backend(const char *name, ferry_backend_info *out) {
   return false;
 }
 
+static const conformance_case *const device_lists[] = {conformance_device_cases, conformance_queue_cases, NULL};
+static const conformance_pair_case *const pair_lists[] = {conformance_pair_cases, conformance_queue_pair_cases, NULL};
+
 /* How many cases of each list the filter selects. */
 static size_t selected_device_cases(void) {
   size_t n = 0;
-  for (const conformance_case *c = conformance_device_cases; c->name; c++)
-    n += harness_case_selected(c->name);
+  for (const conformance_case *const *l = device_lists; *l; l++)
+    for (const conformance_case *c = *l; c->name; c++)
+      n += harness_case_selected(c->name);
   return n;
 }
 
 static size_t selected_pair_cases(void) {
   size_t n = 0;
-  for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++)
-    n += harness_case_selected(c->name);
+  for (const conformance_pair_case *const *l = pair_lists; *l; l++)
+    for (const conformance_pair_case *c = *l; c->name; c++)
+      n += harness_case_selected(c->name);
   return n;
 }
 
@@ -68,13 +73,19 @@ static int run_backend(const char *name) {
     ferry_device_info info;
     ferry_device_info_get(dev, &info);
     printf("backend %s, device %zu: %s\n", name, info.index, info.name);
-    for (const conformance_case *c = conformance_device_cases; c->name; c++) {
-      if (!harness_case_selected(c->name)) continue;
-      snprintf(context, sizeof context, "%s[%zu] %s", name, info.index, c->name);
-      harness_case_begin(context);
-      c->run(dev, &info);
-      harness_case_end(c->name);
-    }
+    const conformance_backend *traits = conformance_backend_of(name);
+    for (const conformance_case *const *l = device_lists; *l; l++)
+      for (const conformance_case *c = *l; c->name; c++) {
+        if (!harness_case_selected(c->name)) continue;
+        snprintf(context, sizeof context, "%s[%zu] %s", name, info.index, c->name);
+        harness_case_begin(context);
+        const char *why = conformance_skip_reason(traits, c->name);
+        if (why)
+          harness_not_applicable("%s skips it: %s (tests/conformance_backends.c)", name, why);
+        else
+          c->run(dev, &info);
+        harness_case_end(c->name);
+      }
     /* Skips that a device's capabilities imply, said once per device. */
     if (!info.zero_copy) printf("  (zero-copy cases checked the refusal only: device memory is not host memory)\n");
     if (!info.host_ptr) printf("  (host-ptr cases checked the refusal only: the device has no host-pointer buffers)\n");
@@ -99,13 +110,14 @@ static int run_cross(void) {
       ferry_device_info_get(a, &ia);
       ferry_device_info_get(b, &ib);
       printf("devices %zu (%s) -> %zu (%s)\n", i, ia.backend, j, ib.backend);
-      for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++) {
-        if (!harness_case_selected(c->name)) continue;
-        snprintf(context, sizeof context, "%s[%zu] -> %s[%zu] %s", ia.backend, i, ib.backend, j, c->name);
-        harness_case_begin(context);
-        c->run(a, &ia, b, &ib);
-        harness_case_end(c->name);
-      }
+      for (const conformance_pair_case *const *l = pair_lists; *l; l++)
+        for (const conformance_pair_case *c = *l; c->name; c++) {
+          if (!harness_case_selected(c->name)) continue;
+          snprintf(context, sizeof context, "%s[%zu] -> %s[%zu] %s", ia.backend, i, ib.backend, j, c->name);
+          harness_case_begin(context);
+          c->run(a, &ia, b, &ib);
+          harness_case_end(c->name);
+        }
     }
   }
   return harness_finish("cross");
@@ -144,11 +156,13 @@ static int run_backends(void) {
 
 static void list_cases(bool pairs) {
   if (!pairs)
-    for (const conformance_case *c = conformance_device_cases; c->name; c++)
-      if (harness_case_selected(c->name)) printf("%s\n", c->name);
+    for (const conformance_case *const *l = device_lists; *l; l++)
+      for (const conformance_case *c = *l; c->name; c++)
+        if (harness_case_selected(c->name)) printf("%s\n", c->name);
   if (pairs)
-    for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++)
-      if (harness_case_selected(c->name)) printf("%s\n", c->name);
+    for (const conformance_pair_case *const *l = pair_lists; *l; l++)
+      for (const conformance_pair_case *c = *l; c->name; c++)
+        if (harness_case_selected(c->name)) printf("%s\n", c->name);
 }
 
 int main(int argc, char **argv) {

@@ -11,14 +11,10 @@
 
 #define SENTINEL_ID 0x5e5e5e5e5e5e5e5eULL
 
-static ferry_buffer sentinel(void) { return (ferry_buffer){SENTINEL_ID}; }
-
-static bool is_host_backend(const ferry_device_info *info) {
-  return strcmp(info->backend, "native") == 0 || strcmp(info->backend, "checked") == 0;
-}
+ferry_buffer conf_sentinel(void) { return (ferry_buffer){SENTINEL_ID}; }
 
 /* A buffer of n bytes (uint8) holding fill_pattern(seed). */
-static ferry_buffer patterned(ferry_device *dev, size_t n, uint32_t seed) {
+ferry_buffer conf_patterned(ferry_device *dev, size_t n, uint32_t seed) {
   ferry_buffer b = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev, n, FERRY_UINT8, &b));
   unsigned char *h = malloc(n ? n : 1);
@@ -29,7 +25,7 @@ static ferry_buffer patterned(ferry_device *dev, size_t n, uint32_t seed) {
 }
 
 /* The buffer's bytes must be fill_pattern(seed). */
-static void expect_pattern(ferry_buffer b, size_t n, uint32_t seed, const char *what) {
+void conf_expect_pattern(ferry_buffer b, size_t n, uint32_t seed, const char *what) {
   unsigned char *h = malloc(n ? n : 1);
   memset(h, 0, n);
   CHECK_OK(ferry_device_to_host_ptr(b, h, n));
@@ -55,21 +51,15 @@ static void device_info(ferry_device *dev, const ferry_device_info *info) {
   ferry_native nat;
   memset(&nat, 0xAB, sizeof nat);
   CHECK_OK(ferry_device_native(dev, &nat));
-  if (is_host_backend(info)) {
+  /* What the backend fills is in conformance_backends.c's table. */
+  unsigned fields = conformance_backend_of(info->backend)->native_fields;
+  if (fields == 0) {
     CHECK(nat.device == 0 && nat.context == 0 && nat.queue == 0 && nat.queue_family == 0);
-  } else if (strcmp(info->backend, "cuda") == 0) {
-    /* CUdevice 0 is the first GPU and stream 0 the default stream: only the context must be set. */
-    CHECK(nat.context != 0);
-  } else if (strcmp(info->backend, "metal") == 0) {
-    /* The id<MTLDevice> and the id<MTLCommandQueue>; Metal has no context, so 0 as the contract says. */
-    CHECK(nat.device != 0);
-    CHECK(nat.context == 0);
-    CHECK(nat.queue != 0);
-    CHECK(nat.queue_family == 0);
   } else {
-    CHECK(nat.device != 0);
-    CHECK(nat.context != 0);
-    CHECK(nat.queue != 0);
+    if (fields & CONF_NATIVE_DEVICE) CHECK(nat.device != 0);
+    if (fields & CONF_NATIVE_CONTEXT) CHECK(nat.context != 0);
+    if (fields & CONF_NATIVE_QUEUE) CHECK(nat.queue != 0);
+    if (!(fields & CONF_NATIVE_CONTEXT) && (fields & CONF_NATIVE_DEVICE)) CHECK(nat.context == 0); /* Metal */
   }
   CHECK_OK(ferry_device_synchronize(dev));
 
@@ -101,7 +91,7 @@ static void every_kind(ferry_device *dev, const ferry_device_info *info) {
     size_t n = 1000 + (size_t)k * 7, es = ferry_kind_size(kind), bytes = n * es;
     unsigned char *src = malloc(bytes), *dst = calloc(1, bytes);
     fill_pattern(src, bytes, (uint32_t)k + 1);
-    ferry_buffer b = sentinel();
+    ferry_buffer b = conf_sentinel();
     CHECK_OK(ferry_alloc(dev, n, kind, &b));
     CHECK(ferry_size(b) == n);
     CHECK(ferry_elem_size(b) == es);
@@ -117,7 +107,7 @@ static void every_kind(ferry_device *dev, const ferry_device_info *info) {
     CHECK_OK(ferry_read(b, es * 3, dst, es * 5));
     CHECK(memcmp(src + es * 3, dst, es * 5) == 0);
     /* Device to device, same kind and length. */
-    ferry_buffer c = sentinel();
+    ferry_buffer c = conf_sentinel();
     CHECK_OK(ferry_alloc(dev, n, kind, &c));
     CHECK_OK(ferry_device_to_device(b, c));
     memset(dst, 0, bytes);
@@ -134,7 +124,7 @@ static void zero_length(ferry_device *dev, const ferry_device_info *info) {
   (void)info;
   for (int k = FERRY_FLOAT16; k < FERRY_CUSTOM; k++) {
     ferry_kind kind = (ferry_kind)k;
-    ferry_buffer b = sentinel(), c = sentinel();
+    ferry_buffer b = conf_sentinel(), c = conf_sentinel();
     CHECK_OK(ferry_alloc(dev, 0, kind, &b));
     CHECK_OK(ferry_alloc(dev, 0, kind, &c));
     CHECK(b.id != SENTINEL_ID && b.id != c.id);
@@ -157,7 +147,7 @@ static void zero_length(ferry_device *dev, const ferry_device_info *info) {
     CHECK_OK(ferry_free(b));
     CHECK_OK(ferry_free(c));
   }
-  ferry_buffer r = sentinel();
+  ferry_buffer r = conf_sentinel();
   CHECK_OK(ferry_alloc_custom(dev, 0, 24, &r));
   CHECK(ferry_size(r) == 0 && ferry_elem_size(r) == 24);
   CHECK_OK(ferry_host_ptr_to_device(NULL, 0, r));
@@ -177,7 +167,7 @@ static void custom_records(ferry_device *dev, const ferry_device_info *info) {
   for (int i = 0; i < N; i++)
     in[i] = (record){.x = i * 1.5, .id = 1000 + i, .tag = {'r', (char)('a' + i % 26), 0, 0}};
   memset(out, 0, sizeof out);
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   CHECK_OK(ferry_alloc_custom(dev, N, sizeof(record), &b));
   CHECK(ferry_size(b) == N);
   CHECK(ferry_elem_size(b) == sizeof(record));
@@ -192,7 +182,7 @@ static void custom_records(ferry_device *dev, const ferry_device_info *info) {
   CHECK_STATUS(ferry_host_ptr_to_device(in, sizeof in - 1, b), FERRY_ERROR_SIZE_MISMATCH);
   CHECK_STATUS(ferry_device_to_host_ptr(b, out, sizeof out + 1), FERRY_ERROR_SIZE_MISMATCH);
   /* Device to device: same element size and length only. */
-  ferry_buffer same = sentinel(), halves = sentinel(), typed = sentinel();
+  ferry_buffer same = conf_sentinel(), halves = conf_sentinel(), typed = conf_sentinel();
   CHECK_OK(ferry_alloc_custom(dev, N, sizeof(record), &same));
   CHECK_OK(ferry_alloc_custom(dev, N * 2, sizeof(record) / 2, &halves));
   CHECK_OK(ferry_alloc(dev, N * sizeof(record), FERRY_UINT8, &typed));
@@ -208,7 +198,7 @@ static void custom_records(ferry_device *dev, const ferry_device_info *info) {
   record back;
   CHECK_OK(ferry_read(b, 5 * sizeof(record), &back, sizeof back));
   CHECK(back.id == -7 && back.x == -1);
-  ferry_buffer bad = sentinel();
+  ferry_buffer bad = conf_sentinel();
   CHECK_STATUS(ferry_alloc_custom(dev, 10, 0, &bad), FERRY_ERROR_INVALID_ARGUMENT);
   CHECK_STATUS(ferry_alloc_custom(dev, SIZE_MAX / 16 + 1, 16, &bad), FERRY_ERROR_OVERFLOW);
   CHECK_STATUS(ferry_alloc_custom(dev, 10, 16, NULL), FERRY_ERROR_INVALID_ARGUMENT);
@@ -221,7 +211,7 @@ static void custom_records(ferry_device *dev, const ferry_device_info *info) {
 
 static void bad_arguments(ferry_device *dev, const ferry_device_info *info) {
   (void)info;
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   CHECK_STATUS(ferry_alloc(NULL, 10, FERRY_FLOAT32, &b), FERRY_ERROR_INVALID_ARGUMENT);
   CHECK_ERROR_HAS("device is NULL");
   CHECK_STATUS(ferry_alloc(dev, 10, FERRY_FLOAT32, NULL), FERRY_ERROR_INVALID_ARGUMENT);
@@ -245,7 +235,7 @@ static void bad_arguments(ferry_device *dev, const ferry_device_info *info) {
   CHECK(why == (ferry_refusal)77);
   CHECK(b.id == SENTINEL_ID);
 
-  ferry_buffer real = sentinel();
+  ferry_buffer real = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, 4, FERRY_FLOAT32, &real));
   CHECK_STATUS(ferry_host_to_device(ferry_array_of(NULL, 4, FERRY_FLOAT32), real), FERRY_ERROR_INVALID_ARGUMENT);
   CHECK_STATUS(ferry_device_to_host(real, ferry_array_of(NULL, 4, FERRY_FLOAT32)), FERRY_ERROR_INVALID_ARGUMENT);
@@ -258,7 +248,7 @@ static void bad_arguments(ferry_device *dev, const ferry_device_info *info) {
 }
 
 static void overflow_and_out_of_memory(ferry_device *dev, const ferry_device_info *info) {
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   CHECK_STATUS(ferry_alloc(dev, SIZE_MAX, FERRY_FLOAT64, &b), FERRY_ERROR_OVERFLOW);
   CHECK_ERROR_HAS("overflow");
   CHECK_STATUS(ferry_alloc(dev, SIZE_MAX / 2 + 1, FERRY_INT16, &b), FERRY_ERROR_OVERFLOW);
@@ -268,6 +258,13 @@ static void overflow_and_out_of_memory(ferry_device *dev, const ferry_device_inf
                FERRY_ERROR_OVERFLOW);
   CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(fake, SIZE_MAX / 4 + 1, FERRY_FLOAT32), &b, NULL),
                FERRY_ERROR_OVERFLOW);
+  /* A byte count that fits, at an address where the array's end does not. */
+  void *top = (void *)(UINTPTR_MAX - 63);
+  CHECK_STATUS(ferry_alloc_zero_copy(dev, ferry_array_of(top, 16, FERRY_FLOAT32), &b), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("past the end of the address space");
+  CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(top, 16, FERRY_FLOAT32), &b, NULL),
+               FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("past the end of the address space");
   if (info->max_allocation < SIZE_MAX) {
     size_t too_many = (size_t)info->max_allocation + 1;
     CHECK_STATUS(ferry_alloc(dev, too_many, FERRY_UINT8, &b), FERRY_ERROR_OUT_OF_MEMORY);
@@ -285,7 +282,7 @@ static void mismatches_change_nothing(ferry_device *dev, const ferry_device_info
   enum { N = 128 };
   float a[N], other[N];
   fill_pattern(a, sizeof a, 11);
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, N, FERRY_FLOAT32, &b));
   CHECK_OK(ferry_host_to_device(ferry_array_of(a, N, FERRY_FLOAT32), b));
 
@@ -300,7 +297,7 @@ static void mismatches_change_nothing(ferry_device *dev, const ferry_device_info
   CHECK_STATUS(ferry_host_ptr_to_device(other, sizeof other - 1, b), FERRY_ERROR_SIZE_MISMATCH);
   CHECK_ERROR_HAS("511");
   CHECK_STATUS(ferry_write(b, 500, other, 13), FERRY_ERROR_OUT_OF_RANGE);
-  expect_pattern(b, sizeof a, 11, "buffer after refused writes");
+  conf_expect_pattern(b, sizeof a, 11, "buffer after refused writes");
 
   fill_pattern(other, sizeof other, 13);
   CHECK_STATUS(ferry_device_to_host(b, ferry_array_of(other, 100, FERRY_FLOAT32)), FERRY_ERROR_SIZE_MISMATCH);
@@ -309,15 +306,15 @@ static void mismatches_change_nothing(ferry_device *dev, const ferry_device_info
   CHECK_STATUS(ferry_read(b, 0, other, sizeof other + 1), FERRY_ERROR_OUT_OF_RANGE);
   CHECK_MSG(find_pattern_mismatch(other, sizeof other, 13) == SIZE_MAX, "host array changed by a refused read");
 
-  ferry_buffer shorter = sentinel(), ints = sentinel();
+  ferry_buffer shorter = conf_sentinel(), ints = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, N - 1, FERRY_FLOAT32, &shorter));
   CHECK_OK(ferry_alloc(dev, N, FERRY_INT32, &ints));
   CHECK_OK(ferry_host_ptr_to_device(other, (N - 1) * sizeof(float), shorter));
   CHECK_STATUS(ferry_device_to_device(b, shorter), FERRY_ERROR_SIZE_MISMATCH);
   CHECK_STATUS(ferry_device_to_device(shorter, b), FERRY_ERROR_SIZE_MISMATCH);
   CHECK_STATUS(ferry_device_to_device(b, ints), FERRY_ERROR_KIND_MISMATCH);
-  expect_pattern(shorter, (N - 1) * sizeof(float), 13, "destination after a refused device_to_device");
-  expect_pattern(b, sizeof a, 11, "buffer after refused copies");
+  conf_expect_pattern(shorter, (N - 1) * sizeof(float), 13, "destination after a refused device_to_device");
+  conf_expect_pattern(b, sizeof a, 11, "buffer after refused copies");
   CHECK_OK(ferry_free(shorter));
   CHECK_OK(ferry_free(ints));
   CHECK_OK(ferry_free(b));
@@ -330,7 +327,7 @@ static void byte_ranges(ferry_device *dev, const ferry_device_info *info) {
   enum { N = 4096 };
   unsigned char model[N], chunk[300], back[N];
   fill_pattern(model, N, 21);
-  ferry_buffer b = patterned(dev, N, 21);
+  ferry_buffer b = conf_patterned(dev, N, 21);
 
   fill_pattern(chunk, sizeof chunk, 22);
   CHECK_OK(ferry_write(b, 1000, chunk, 100));
@@ -363,7 +360,7 @@ static void byte_ranges(ferry_device *dev, const ferry_device_info *info) {
   CHECK_OK(ferry_read(b, 0, back, N));
   CHECK_MSG(memcmp(model, back, N) == 0, "ferry_copy within a buffer is not memmove");
 
-  ferry_buffer c = patterned(dev, 2000, 23);
+  ferry_buffer c = conf_patterned(dev, 2000, 23);
   unsigned char cmodel[2000];
   fill_pattern(cmodel, sizeof cmodel, 23);
   CHECK_OK(ferry_copy(b, 1234, c, 17, 1500));
@@ -388,7 +385,7 @@ static void zero_copy(ferry_device *dev, const ferry_device_info *info) {
   enum { N = 1000 };
   float *data = calloc(N + 2, sizeof(float));
   float other[N], back[N];
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   if (!info->zero_copy) {
     CHECK_STATUS(ferry_alloc_zero_copy(dev, ferry_array_of(data, N, FERRY_FLOAT32), &b), FERRY_ERROR_UNSUPPORTED);
     CHECK_ERROR_HAS(info->backend);
@@ -434,7 +431,7 @@ static void zero_copy(ferry_device *dev, const ferry_device_info *info) {
    * write after a free would be caught by ASan and valgrind). */
   CHECK(memcmp(data, expect, sizeof expect) == 0);
   data[0] = 42.0f;
-  ferry_buffer empty = sentinel();
+  ferry_buffer empty = conf_sentinel();
   CHECK_OK(ferry_alloc_zero_copy(dev, ferry_array_of(NULL, 0, FERRY_INT8), &empty));
   CHECK(ferry_size(empty) == 0 && ferry_is_zero_copy(empty));
   CHECK_OK(ferry_free(empty));
@@ -447,7 +444,7 @@ static void host_ptr(ferry_device *dev, const ferry_device_info *info) {
   size_t n = bytes / sizeof(int32_t);
   int32_t *array = harness_aligned(align > 64 ? align : 64, bytes + align);
   int32_t *other = malloc(bytes), *back = malloc(bytes);
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   ferry_refusal why = (ferry_refusal)77;
   fill_pattern(array, bytes, 41);
 
@@ -469,10 +466,10 @@ static void host_ptr(ferry_device *dev, const ferry_device_info *info) {
   if (info->zero_copy) CHECK(ferry_device_ptr(b) == (uintptr_t)array);
   /* Own array: synchronisation only; the device sees the host's writes. */
   CHECK_OK(ferry_host_to_device(ferry_array_of(array, n, FERRY_INT32), b));
-  ferry_buffer plain = sentinel();
+  ferry_buffer plain = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, n, FERRY_INT32, &plain));
   CHECK_OK(ferry_device_to_device(b, plain));
-  expect_pattern(plain, bytes, 41, "plain buffer copied from a host-ptr buffer");
+  conf_expect_pattern(plain, bytes, 41, "plain buffer copied from a host-ptr buffer");
   CHECK_OK(ferry_device_to_host(b, ferry_array_of(array, n, FERRY_INT32)));
   CHECK(find_pattern_mismatch(array, bytes, 41) == SIZE_MAX);
   /* Device-side writes land in the array once the host takes it back. */
@@ -499,7 +496,7 @@ static void host_ptr(ferry_device *dev, const ferry_device_info *info) {
   CHECK(array[2] == -12345);
 
   if (!info->zero_copy) {
-    ferry_buffer again = sentinel();
+    ferry_buffer again = conf_sentinel();
     /* The same memory under a second buffer. */
     why = (ferry_refusal)77;
     CHECK_STATUS(ferry_alloc_host_ptr(dev, ferry_array_of(array, n, FERRY_INT32), &again, &why), FERRY_ERROR_REFUSED);
@@ -544,7 +541,7 @@ done:
 static void stale_handles(ferry_device *dev, const ferry_device_info *info) {
   (void)info;
   unsigned char h[64] = {0};
-  ferry_buffer a = sentinel(), live = sentinel();
+  ferry_buffer a = conf_sentinel(), live = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, 64, FERRY_UINT8, &a));
   CHECK_OK(ferry_alloc(dev, 64, FERRY_UINT8, &live));
   CHECK_OK(ferry_free(a));
@@ -590,13 +587,13 @@ static void stale_handles(ferry_device *dev, const ferry_device_info *info) {
   CHECK_ERROR_HAS("FERRY_NULL_BUFFER");
 
   /* The freed slot is reused: the old handle must not reach the new buffer. */
-  ferry_buffer reuse = patterned(dev, 64, 51);
+  ferry_buffer reuse = conf_patterned(dev, 64, 51);
   CHECK_MSG((uint32_t)reuse.id == (uint32_t)a.id, "the freed slot was not reused (test assumption)");
   fill_pattern(h, 64, 52);
   CHECK_STATUS(ferry_write(a, 0, h, 64), FERRY_ERROR_STALE_BUFFER);
   CHECK_STATUS(ferry_host_ptr_to_device(h, 64, a), FERRY_ERROR_STALE_BUFFER);
   CHECK_STATUS(ferry_free(a), FERRY_ERROR_STALE_BUFFER);
-  expect_pattern(reuse, 64, 51, "new buffer in a reused slot");
+  conf_expect_pattern(reuse, 64, 51, "new buffer in a reused slot");
   CHECK(ferry_size(reuse) == 64);
   CHECK_OK(ferry_free(reuse));
   CHECK_OK(ferry_free(live));
@@ -610,7 +607,7 @@ static void statistics(ferry_device *dev, const ferry_device_info *info) {
   CHECK_OK(ferry_device_stats(dev, &s0));
   float h[1000];
   fill_pattern(h, sizeof h, 61);
-  ferry_buffer b = sentinel(), c = sentinel();
+  ferry_buffer b = conf_sentinel(), c = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, 1000, FERRY_FLOAT32, &b));
   CHECK_OK(ferry_alloc(dev, 1000, FERRY_FLOAT32, &c));
   CHECK_OK(ferry_device_stats(dev, &s1));
@@ -649,7 +646,7 @@ static void pinned_host_memory(ferry_device *dev, const ferry_device_info *info)
   CHECK(p != NULL && ((uintptr_t)p % 4096) == 0);
   if (!p) return;
   fill_pattern(p, bytes, 71);
-  ferry_buffer b = sentinel();
+  ferry_buffer b = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
   CHECK_OK(ferry_host_to_device(ferry_array_of(p, bytes, FERRY_UINT8), b));
   memset(p, 0, bytes);
@@ -678,13 +675,13 @@ static void allocation_reuse(ferry_device *dev, const ferry_device_info *info) {
   ferry_buffer bufs[COUNT];
   for (int round = 0; round < 3; round++) {
     for (int i = 0; i < COUNT; i++)
-      bufs[i] = patterned(dev, 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i));
+      bufs[i] = conf_patterned(dev, 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i));
     for (int i = 0; i < COUNT; i++)
-      expect_pattern(bufs[i], 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i), "live buffer");
+      conf_expect_pattern(bufs[i], 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i), "live buffer");
     for (int i = 0; i < COUNT; i += 2)
       CHECK_OK(ferry_free(bufs[i]));
     for (int i = 1; i < COUNT; i += 2)
-      expect_pattern(bufs[i], 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i), "survivor");
+      conf_expect_pattern(bufs[i], 1000 + (size_t)(i % 4) * 100, (uint32_t)(round * 100 + i), "survivor");
     for (int i = 1; i < COUNT; i += 2)
       CHECK_OK(ferry_free(bufs[i]));
   }
@@ -708,7 +705,7 @@ static void large_transfers(ferry_device *dev, const ferry_device_info *info) {
     return;
   }
   fill_pattern(src, bytes, 81);
-  ferry_buffer a = sentinel(), b = sentinel();
+  ferry_buffer a = conf_sentinel(), b = conf_sentinel();
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &a));
   CHECK_OK(ferry_alloc(dev, bytes, FERRY_UINT8, &b));
   CHECK_OK(ferry_host_to_device(ferry_array_of(src, bytes, FERRY_UINT8), a));
@@ -763,15 +760,15 @@ static void cross_copies(ferry_device *a, const ferry_device_info *ia, ferry_dev
   const size_t sizes[] = {0, 1, 4097, (9u << 20) + 3};
   for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
     size_t n = sizes[i];
-    ferry_buffer s = patterned(a, n, 91 + (uint32_t)i), d = sentinel();
+    ferry_buffer s = conf_patterned(a, n, 91 + (uint32_t)i), d = conf_sentinel();
     CHECK_OK(ferry_alloc(b, n, FERRY_UINT8, &d));
     CHECK_OK(ferry_device_to_device(s, d));
-    expect_pattern(d, n, 91 + (uint32_t)i, "cross-device copy");
+    conf_expect_pattern(d, n, 91 + (uint32_t)i, "cross-device copy");
     CHECK_OK(ferry_free(s));
     CHECK_OK(ferry_free(d));
   }
   /* Byte ranges across devices. */
-  ferry_buffer s = patterned(a, 10000, 95), d = patterned(b, 8000, 96);
+  ferry_buffer s = conf_patterned(a, 10000, 95), d = conf_patterned(b, 8000, 96);
   unsigned char model[8000], src[10000], back[8000];
   fill_pattern(model, sizeof model, 96);
   fill_pattern(src, sizeof src, 95);
@@ -781,7 +778,7 @@ static void cross_copies(ferry_device *a, const ferry_device_info *ia, ferry_dev
   CHECK_OK(ferry_read(d, 0, back, sizeof back));
   CHECK(memcmp(model, back, sizeof back) == 0);
   /* Kinds and lengths are checked across devices too. */
-  ferry_buffer f = sentinel(), g = sentinel();
+  ferry_buffer f = conf_sentinel(), g = conf_sentinel();
   CHECK_OK(ferry_alloc(a, 100, FERRY_FLOAT32, &f));
   CHECK_OK(ferry_alloc(b, 100, FERRY_INT32, &g));
   CHECK_STATUS(ferry_device_to_device(f, g), FERRY_ERROR_KIND_MISMATCH);
@@ -802,13 +799,13 @@ static void cross_over_host_arrays(ferry_device *a, const ferry_device_info *ia,
   size_t align = ia->host_ptr_alignment, bytes = 65536 > align ? 65536 : align;
   unsigned char *array = harness_aligned(align > 64 ? align : 64, bytes);
   fill_pattern(array, bytes, 97);
-  ferry_buffer h = sentinel(), d = sentinel();
+  ferry_buffer h = conf_sentinel(), d = conf_sentinel();
   CHECK_OK(ferry_alloc_host_ptr(a, ferry_array_of(array, bytes, FERRY_UINT8), &h, NULL));
   CHECK_OK(ferry_host_to_device(ferry_array_of(array, bytes, FERRY_UINT8), h));
   CHECK_OK(ferry_alloc(b, bytes, FERRY_UINT8, &d));
   CHECK_OK(ferry_device_to_device(h, d));
-  expect_pattern(d, bytes, 97, "copy from a host-array buffer to another device");
-  ferry_buffer e = patterned(b, bytes, 98);
+  conf_expect_pattern(d, bytes, 97, "copy from a host-array buffer to another device");
+  ferry_buffer e = conf_patterned(b, bytes, 98);
   CHECK_OK(ferry_device_to_device(e, h));
   CHECK_OK(ferry_device_to_host(h, ferry_array_of(array, bytes, FERRY_UINT8)));
   CHECK(find_pattern_mismatch(array, bytes, 98) == SIZE_MAX);

@@ -1,10 +1,14 @@
 /* The fault-injecting test backend; see fault_backend.h. */
+/* nanosleep */
+#define _POSIX_C_SOURCE 200809L
 #include "fault_backend.h"
 #include "harness.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static const char *const op_names[OP_COUNT] = {[OP_ALLOC] = "alloc",
                                                [OP_FREE] = "free",
@@ -63,27 +67,41 @@ static ferry_status f_free(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
-static ferry_status f_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+static ferry_status f_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
+                            size_t n) {
+  (void)lane;
+  while (atomic_load(&fault.hold_writes)) {
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+  }
   ferry_status st = maybe_fail(dev, OP_WRITE);
   if (st == FERRY_OK) memmove((char *)dst->handle + off, src, n);
   return st;
 }
 
-static ferry_status f_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+static ferry_status f_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t off, void *dst, size_t n) {
+  (void)lane;
   ferry_status st = maybe_fail(dev, OP_READ);
   if (st == FERRY_OK) memmove(dst, (const char *)src->handle + off, n);
   return st;
 }
 
-static ferry_status f_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t n) {
+static ferry_status f_copy(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                           size_t doff, size_t n, ferry_ticket *out) {
+  (void)lane;
+  if (out) *out = 0;
   ferry_status st = maybe_fail(dev, OP_COPY);
   if (st == FERRY_OK) memmove((char *)dst->handle + doff, (const char *)src->handle + so, n);
   return st;
 }
 
-static ferry_status f_copy_peer(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
-                                size_t doff, size_t n) {
+static ferry_status f_copy_peer(ferry_device *lane_dev, ferry_lane *lane, ferry_device *sdev, const ferry_mem *src,
+                                size_t so, ferry_device *ddev, ferry_mem *dst, size_t doff, size_t n,
+                                ferry_ticket *out) {
+  (void)lane_dev;
+  (void)lane;
   (void)ddev;
+  if (out) *out = 0;
   if (fault.peer_unsupported) return FERRY_ERROR_UNSUPPORTED;
   ferry_status st = maybe_fail(sdev, OP_COPY_PEER);
   if (st == FERRY_OK) memmove((char *)dst->handle + doff, (const char *)src->handle + so, n);
@@ -155,12 +173,15 @@ static ferry_status f_native(const ferry_device *dev, ferry_native *out) {
   return st;
 }
 
-/* Deferred DMA: recorded at dma_start, done at dma_wait. A ticket is the
- * entry's index and a serial number, so that a stale or repeated wait is caught. */
-enum { PENDING_MAX = 256 };
+/* Deferred DMA: recorded at dma_start, done at the first ticket_wait (or the
+ * second ticket_query: the first always says "not ready", so that callers'
+ * polling is exercised). A ticket is the entry's index and a serial number, so
+ * that a stale, repeated or early release is caught (fault.bad_tickets), and a
+ * pinned range given to a second DMA before the first one's wait is refused. */
+enum { PENDING_MAX = 1024 };
 typedef struct pending {
   uint64_t serial; /* 0: free */
-  bool to_device;
+  bool to_device, done, queried;
   char *device_bytes, *host_bytes;
   size_t n;
 } pending;
@@ -168,10 +189,12 @@ static pending pend[PENDING_MAX];
 static uint64_t next_serial = 1;
 static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static ferry_status f_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+static ferry_status f_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
                                 const ferry_pinned *host, size_t n, ferry_ticket *out) {
+  (void)lane;
   ferry_status st = maybe_fail(dev, dir == FERRY_DMA_TO_DEVICE ? OP_DMA_WRITE : OP_DMA_READ);
   if (st != FERRY_OK) return st;
+  if (!out) return ferry__fail(FERRY_ERROR_BACKEND, "fault: a DMA without a ticket on a device without lanes");
   char *h = host->host;
   if ((char *)host->token + host->offset != h)
     return ferry__fail(FERRY_ERROR_BACKEND, "fault: pinned range %p is not its token %p + offset %zu", (void *)h,
@@ -182,9 +205,9 @@ static ferry_status f_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem 
     pending *p = &pend[i];
     if (!p->serial) {
       if (free_at < 0) free_at = i;
-    } else if (h < p->host_bytes + p->n && p->host_bytes < h + n) {
+    } else if (!p->done && h < p->host_bytes + p->n && p->host_bytes < h + n) {
       pthread_mutex_unlock(&pend_lock);
-      return ferry__fail(FERRY_ERROR_BACKEND, "fault: pinned range %p (%zu bytes) reused before dma_wait", (void *)h,
+      return ferry__fail(FERRY_ERROR_BACKEND, "fault: pinned range %p (%zu bytes) reused before the wait", (void *)h,
                          n);
     }
   }
@@ -193,33 +216,62 @@ static ferry_status f_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem 
     return ferry__fail(FERRY_ERROR_BACKEND, "fault: more than %d copies in flight", PENDING_MAX);
   }
   uint64_t serial = next_serial++;
-  pend[free_at] = (pending){serial, dir == FERRY_DMA_TO_DEVICE, (char *)mem->handle + off, h, n};
+  pend[free_at] = (pending){.serial = serial,
+                            .to_device = dir == FERRY_DMA_TO_DEVICE,
+                            .device_bytes = (char *)mem->handle + off,
+                            .host_bytes = h,
+                            .n = n};
   pthread_mutex_unlock(&pend_lock);
   *out = serial << 16 | (uint64_t)free_at;
   return FERRY_OK;
 }
 
-static ferry_status f_dma_wait(ferry_device *dev, ferry_ticket ticket) {
-  ferry_status st = maybe_fail(dev, OP_DMA_WAIT);
+/* The entry of a live ticket (pend_lock held); NULL for a stale one. */
+static pending *pending_of(ferry_ticket ticket) {
   unsigned at = (unsigned)(ticket & 0xffff);
+  return at < PENDING_MAX && pend[at].serial && pend[at].serial == ticket >> 16 ? &pend[at] : NULL;
+}
+
+static ferry_status f_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
   pthread_mutex_lock(&pend_lock);
-  pending p = {0};
-  if (at < PENDING_MAX && pend[at].serial == ticket >> 16) {
-    p = pend[at];
-    pend[at].serial = 0;
-  }
+  pending *p = pending_of(ticket);
+  bool first = p && !p->done;
+  if (p) p->done = true;
+  pending copy = p ? *p : (pending){0};
   pthread_mutex_unlock(&pend_lock);
-  if (!p.serial)
-    return ferry__fail(FERRY_ERROR_BACKEND, "fault: ticket %llu waited for twice, or never started",
+  if (!p)
+    return ferry__fail(FERRY_ERROR_BACKEND, "fault: ticket %llu waited for after its release, or never started",
                        (unsigned long long)ticket);
+  if (!first) return FERRY_OK;
   /* The copy happens (or is lost, on failure) whatever the wait reports. */
+  ferry_status st = maybe_fail(dev, OP_DMA_WAIT);
   if (st == FERRY_OK) {
-    if (p.to_device)
-      memcpy(p.device_bytes, p.host_bytes, p.n);
+    if (copy.to_device)
+      memcpy(copy.device_bytes, copy.host_bytes, copy.n);
     else
-      memcpy(p.host_bytes, p.device_bytes, p.n);
+      memcpy(copy.host_bytes, copy.device_bytes, copy.n);
   }
   return st;
+}
+
+static ferry_status f_ticket_query(ferry_device *dev, ferry_ticket ticket) {
+  pthread_mutex_lock(&pend_lock);
+  pending *p = pending_of(ticket);
+  bool not_yet = p && !p->done && !p->queried;
+  if (not_yet) p->queried = true;
+  pthread_mutex_unlock(&pend_lock);
+  return not_yet ? FERRY_NOT_READY : f_ticket_wait(dev, ticket);
+}
+
+static void f_ticket_release(ferry_device *dev, ferry_ticket ticket) {
+  (void)dev;
+  pthread_mutex_lock(&pend_lock);
+  pending *p = pending_of(ticket);
+  if (p && p->done)
+    p->serial = 0;
+  else
+    fault.bad_tickets++;
+  pthread_mutex_unlock(&pend_lock);
 }
 
 static void f_destroy(ferry_device *dev) {
@@ -239,8 +291,8 @@ static const ferry_device_ops fault_ops = {
     .free = f_free,
     .write = f_write,
     .read = f_read,
-    .copy = f_copy,
-    .copy_peer = f_copy_peer,
+    .copy_start = f_copy,
+    .peer_start = f_copy_peer,
     .host_ptr_import = f_import,
     .host_ptr_sync = f_sync,
     .host_ptr_release = f_release,
@@ -248,7 +300,9 @@ static const ferry_device_ops fault_ops = {
     .pin_register = f_pin_register,
     .pin_release = f_pin_release,
     .dma_start = f_dma_start,
-    .dma_wait = f_dma_wait,
+    .ticket_wait = f_ticket_wait,
+    .ticket_query = f_ticket_query,
+    .ticket_release = f_ticket_release,
     .synchronize = f_synchronize,
     .native = f_native,
     .destroy = f_destroy,
@@ -280,8 +334,12 @@ static void broken_destroy(ferry_device *dev) {
   (void)dev;
   broken_destroyed++;
 }
-static const ferry_device_ops broken_ops = {
-    .alloc = f_alloc, .free = f_free, .write = f_write, .read = f_read, .copy = f_copy, .destroy = broken_destroy};
+static const ferry_device_ops broken_ops = {.alloc = f_alloc,
+                                            .free = f_free,
+                                            .write = f_write,
+                                            .read = f_read,
+                                            .copy_start = f_copy,
+                                            .destroy = broken_destroy};
 static ferry_status broken_probe(ferry_probe *probe) {
   ferry_device_desc desc = {.ops = &broken_ops, .name = "half-started", .total_memory = 1, .max_allocation = 1};
   ferry__device_add(probe, &desc);

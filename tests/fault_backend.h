@@ -12,6 +12,8 @@
 
 #include "core/internal.h"
 
+#include <stdatomic.h>
+
 typedef enum fault_op {
   OP_ALLOC,
   OP_FREE,
@@ -28,7 +30,7 @@ typedef enum fault_op {
   OP_NATIVE,
   OP_DMA_WRITE, /* dma_start to the device */
   OP_DMA_READ,  /* dma_start to the host */
-  OP_DMA_WAIT,
+  OP_DMA_WAIT,  /* the first ticket_wait of a DMA */
   OP_COUNT
 } fault_op;
 
@@ -37,8 +39,10 @@ typedef struct fault_state {
   int fail_after[OP_COUNT];         /* calls to let through before failing */
   int calls[OP_COUNT];
   long live_allocs, live_imports, live_host_blocks, live_registrations, devices, destroyed, unloads;
-  long pending_at_destroy; /* DMA started and never waited for */
+  long pending_at_destroy; /* DMA started and never released */
+  long bad_tickets;        /* tickets released twice, before their wait, or never started */
   bool peer_unsupported;
+  _Atomic bool hold_writes; /* writes wait while set (a host part that another thread ends) */
 } fault_state;
 
 extern fault_state fault;

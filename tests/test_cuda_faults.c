@@ -151,6 +151,7 @@ static void transfer_errors(void) {
   ferry_buffer b = FERRY_NULL_BUFFER, c = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev0, sizeof h, FERRY_UINT8, &b));
   CHECK_OK(ferry_alloc(dev0, sizeof h, FERRY_UINT8, &c));
+  /* (FERRY_CUDA_H2D=memops: a small write is one cuMemcpyHtoD into memory marked SYNC_MEMOPS.) */
   CHECK(inject("cuMemcpyHtoD_v2", FCU_ERROR_ILLEGAL_ADDRESS, 0, 1) == 0);
   CHECK_STATUS(ferry_write(b, 100, h, 64), FERRY_ERROR_BACKEND);
   CHECK_ERROR_HAS("ferry_write");
@@ -159,13 +160,14 @@ static void transfer_errors(void) {
   CHECK_ERROR_HAS("CUDA_ERROR_ILLEGAL_ADDRESS (700)");
   CHECK_ERROR_HAS("sticky");
   CHECK_ERROR_HAS("device 0 (cuda: Fake CUDA GPU 0 (sm_90))");
-  CHECK(inject("cuMemcpyDtoH_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK(inject("cuMemcpyDtoHAsync_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
   CHECK_STATUS(ferry_read(b, 0, h, sizeof h), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("cuMemcpyDtoH_v2 of 4096 bytes");
+  CHECK_ERROR_HAS("cuMemcpyDtoHAsync_v2 of 4096 bytes");
   CHECK_ERROR_HAS("CUDA_ERROR_INVALID_VALUE (1)");
-  CHECK(inject("cuStreamSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
+  CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
   CHECK_STATUS(ferry_copy(b, 0, c, 0, 1000), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("after cuMemcpyDtoD_v2");
+  CHECK_ERROR_HAS("ferry_copy: from buffer");
+  CHECK_ERROR_HAS("cuEventSynchronize (waiting for the stream's work)");
   CHECK_ERROR_HAS("CUDA_ERROR_LAUNCH_FAILED (719)");
   /* The same calls work again. */
   CHECK_OK(ferry_write(b, 0, h, sizeof h));
@@ -294,7 +296,8 @@ static void host_ptr_refusals(void) {
 static void dma_ops(void) {
   section("pin_alloc, pin_register, pin_release, dma_start, dma_wait, host_pinned");
   const ferry_device_ops *ops = dev0->ops;
-  CHECK(ops->pin_alloc && ops->pin_register && ops->pin_release && ops->dma_start && ops->dma_wait && ops->host_pinned);
+  CHECK(ops->pin_alloc && ops->pin_register && ops->pin_release && ops->dma_start && ops->ticket_wait &&
+        ops->host_pinned);
   if (!ops->dma_start) return;
   enum { BLOCKS = 4 };
   size_t block_bytes = 1 << 16, total = block_bytes * BLOCKS * 3;
@@ -312,40 +315,40 @@ static void dma_ops(void) {
   /* Three rounds over the blocks, each block's copy waited for before it is refilled. */
   for (size_t off = 0, i = 0; off < total; off += block_bytes, i++) {
     unsigned s = (unsigned)(i % BLOCKS);
-    if (busy[s]) CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+    if (busy[s]) CHECK_OK(ferry__ticket_finish(dev0, tickets[s]));
     memcpy(blocks[s], model + off, block_bytes);
-    CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, off, &pins[s], block_bytes, &tickets[s]));
+    CHECK_OK(ops->dma_start(dev0, NULL, FERRY_DMA_TO_DEVICE, &mem, off, &pins[s], block_bytes, &tickets[s]));
     busy[s] = true;
   }
   for (unsigned s = 0; s < BLOCKS; s++)
-    CHECK_OK(ops->dma_wait(dev0, tickets[s]));
-  CHECK_OK(ops->read(dev0, &mem, 0, back, total));
+    CHECK_OK(ferry__ticket_finish(dev0, tickets[s]));
+  CHECK_OK(ops->read(dev0, NULL, &mem, 0, back, total));
   CHECK(memcmp(model, back, total) == 0);
   /* And back out. */
   memset(back, 0, total);
   for (size_t off = 0, i = 0; off < total; off += block_bytes, i++) {
     unsigned s = (unsigned)(i % BLOCKS);
     if (i >= BLOCKS) {
-      CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+      CHECK_OK(ferry__ticket_finish(dev0, tickets[s]));
       memcpy(back + off - BLOCKS * block_bytes, blocks[s], block_bytes);
     }
-    CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_HOST, &mem, off, &pins[s], block_bytes, &tickets[s]));
+    CHECK_OK(ops->dma_start(dev0, NULL, FERRY_DMA_TO_HOST, &mem, off, &pins[s], block_bytes, &tickets[s]));
   }
   for (size_t i = total / block_bytes - BLOCKS; i < total / block_bytes; i++) {
     unsigned s = (unsigned)(i % BLOCKS);
-    CHECK_OK(ops->dma_wait(dev0, tickets[s]));
+    CHECK_OK(ferry__ticket_finish(dev0, tickets[s]));
     memcpy(back + i * block_bytes, blocks[s], block_bytes);
   }
   CHECK(memcmp(model, back, total) == 0);
   /* Failures name the call, the bytes and the memory; a failed wait still ends the ticket. */
   ferry_ticket t = 0;
   CHECK(inject("cuMemcpyHtoDAsync_v2", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
-  CHECK_STATUS(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, 0, &pins[2], 100, &t), FERRY_ERROR_BACKEND);
+  CHECK_STATUS(ops->dma_start(dev0, NULL, FERRY_DMA_TO_DEVICE, &mem, 0, &pins[2], 100, &t), FERRY_ERROR_BACKEND);
   CHECK_ERROR_HAS("cuMemcpyHtoDAsync_v2 of 100 bytes from pinned host memory");
-  CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_HOST, &mem, 0, &pins[1], 100, &t));
+  CHECK_OK(ops->dma_start(dev0, NULL, FERRY_DMA_TO_HOST, &mem, 0, &pins[1], 100, &t));
   CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
-  CHECK_STATUS(ops->dma_wait(dev0, t), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("cuEventSynchronize (waiting for a copy to or from pinned memory)");
+  CHECK_STATUS(ferry__ticket_finish(dev0, t), FERRY_ERROR_BACKEND);
+  CHECK_ERROR_HAS("cuEventSynchronize (waiting for the stream's work)");
 
   /* Pinned or not. */
   CHECK(!ops->host_pinned(dev0, model, total));
@@ -368,8 +371,8 @@ static void dma_ops(void) {
   CHECK(ops->host_pinned(dev0, plain, block_bytes));
   memcpy(plain, model, block_bytes);
   ferry_pinned pin = {.host = plain, .token = token, .offset = 0};
-  CHECK_OK(ops->dma_start(dev0, FERRY_DMA_TO_DEVICE, &mem, 0, &pin, block_bytes, &t));
-  CHECK_OK(ops->dma_wait(dev0, t));
+  CHECK_OK(ops->dma_start(dev0, NULL, FERRY_DMA_TO_DEVICE, &mem, 0, &pin, block_bytes, &t));
+  CHECK_OK(ferry__ticket_finish(dev0, t));
   ops->pin_release(dev0, plain, block_bytes, token, false);
   CHECK(!ops->host_pinned(dev0, plain, block_bytes));
   CHECK(inject("cuMemHostRegister_v2", FCU_ERROR_OUT_OF_MEMORY, 0, 1) == 0);
@@ -424,12 +427,12 @@ static void peer_copies(void) {
   cross_copy(100000, 2);
   cross_copy(3, 3);
   CHECK(counts().peer_copies == peer_before + 2);
-  CHECK(inject("cuMemcpyPeer", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
+  CHECK(inject("cuMemcpyPeerAsync", FCU_ERROR_INVALID_VALUE, 0, 1) == 0);
   ferry_buffer a = FERRY_NULL_BUFFER, b = FERRY_NULL_BUFFER;
   CHECK_OK(ferry_alloc(dev0, 4096, FERRY_UINT8, &a));
   CHECK_OK(ferry_alloc(dev1, 4096, FERRY_UINT8, &b));
   CHECK_STATUS(ferry_device_to_device(a, b), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("cuMemcpyPeer of 4096 bytes from device 0 (cuda: Fake CUDA GPU 0 (sm_90))");
+  CHECK_ERROR_HAS("cuMemcpyPeerAsync of 4096 bytes from device 0 (cuda: Fake CUDA GPU 0 (sm_90))");
   CHECK_ERROR_HAS("to device 1 (cuda: Fake CUDA GPU 1 (sm_90))");
   CHECK_OK(ferry_free(a));
   CHECK_OK(ferry_free(b));

@@ -27,9 +27,12 @@
 #include "harness.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdalign.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- dlpack.h, from the specification (DLPack 1.1), as a consumer includes it ---- */
 
@@ -606,6 +609,13 @@ static void host_imports(void) {
   make(&m, (void *)(UINTPTR_MAX - 3), cpu, u8, 8);
   m.legacy.dl_tensor.byte_offset = 16;
   expect_status(&m, FERRY_ERROR_INVALID_ARGUMENT, "wraps around");
+  /* A start that fits, an end that does not: 64 bytes from UINTPTR_MAX - 63 end
+   * one past UINTPTR_MAX, which wraps to 0. */
+  make(&m, (void *)(UINTPTR_MAX - 63), cpu, f32, 16);
+  expect_status(&m, FERRY_ERROR_INVALID_ARGUMENT, "past the end of the address space");
+  make(&m, (void *)(UINTPTR_MAX - 127), cpu, f32, 16);
+  m.legacy.dl_tensor.byte_offset = 64;
+  expect_status(&m, FERRY_ERROR_INVALID_ARGUMENT, "past the end of the address space");
   /* An empty tensor with huge extents elsewhere is still empty. */
   make(&m, NULL, cpu, f32, 0);
   m.legacy.dl_tensor.ndim = 2;
@@ -717,6 +727,21 @@ static void opencl_imports(void) {
     cl->clReleaseMemObject(foreign);
     cl->clReleaseContext(other);
   }
+  /* Handles that are no OpenCL object at all, which the driver would crash on:
+   * refused before the driver is asked. */
+  static uint64_t not_a_cl_mem[64];
+  for (size_t i = 0; i < 64; i++)
+    not_a_cl_mem[i] = 0x0123456789abcdefu + i;
+  ferry_dl_device on_cl = {FERRY_DL_OPENCL, (int32_t)info.backend_index};
+  make(&m, not_a_cl_mem, on_cl, u8, 256);
+  expect_refused(&m, NULL, FERRY_REFUSAL_DEVICE, "not a cl_mem");
+  make(&m, (void *)0x1000, on_cl, f32, 16);
+  expect_refused(&m, NULL, FERRY_REFUSAL_DEVICE, "not a cl_mem");
+  make(&m, (void *)(UINTPTR_MAX - 3), on_cl, u8, 16);
+  expect_refused(&m, NULL, FERRY_REFUSAL_DEVICE, "not a cl_mem");
+  /* An OpenCL object of the driver that is not a memory object: the driver says no. */
+  make(&m, (void *)native.queue, on_cl, u8, 16);
+  expect_refused(&m, NULL, FERRY_REFUSAL_DEVICE, "cl_mem");
   printf("dlpack: opencl: host memory and a cl_mem of ferry's context import; others are refused\n");
   harness_context = "";
 }
@@ -940,6 +965,179 @@ static void shutdown_cases(void) {
   harness_context = "";
 }
 
+/* ---- hangs fail ---------------------------------------------------------------------------------- */
+
+/* The sections that could hang (a deleter waiting on ferry, a shutdown waiting
+ * forever) run under an alarm: a hang ends the test as a failure, naming the
+ * section, instead of stalling the run. */
+static void on_alarm(int sig) {
+  (void)sig;
+  static const char text[] = "FAIL dlpack: hung (no progress for 120 s) in: ";
+  ssize_t ignored = write(2, text, sizeof text - 1);
+  ignored = write(2, harness_context, strlen(harness_context));
+  ignored = write(2, "\n", 1);
+  (void)ignored;
+  _exit(1);
+}
+
+static void watchdog(bool on) {
+  if (on) signal(SIGALRM, on_alarm);
+  alarm(on ? 120 : 0);
+}
+
+/* ---- deleters that call ferry ------------------------------------------------------------------------ */
+
+/* A producer's deleter is the program's code, and may call ferry: give memory
+ * back with ferry_host_free, ask ferry_device_count, even shut ferry down. ferry
+ * runs deleters where it holds no lock and is inside no call of its own, so that
+ * each such call works, or fails at once with a status and a sentence; it never
+ * waits for the call that runs the deleter. */
+typedef enum reentry { REENTER_HOST_FREE, REENTER_DEVICE_COUNT, REENTER_SHUTDOWN } reentry;
+
+typedef struct calling_tensor {
+  made m; /* first: the deleter's `made` is the whole record */
+  reentry what;
+  ferry_status status; /* of the deleter's call */
+  size_t count;        /* ferry_device_count's answer */
+  char sentence[512];  /* ferry_last_error() after it */
+} calling_tensor;
+
+static void call_ferry(made *m) {
+  calling_tensor *c = (calling_tensor *)m;
+  c->status = FERRY_OK;
+  switch (c->what) {
+  case REENTER_HOST_FREE: c->status = ferry_host_free(m->memory); break;
+  case REENTER_DEVICE_COUNT: c->count = ferry_device_count(); break;
+  case REENTER_SHUTDOWN: ferry_shutdown(); break;
+  }
+  snprintf(c->sentence, sizeof c->sentence, "%s", ferry_last_error());
+}
+
+static ferry_device *host_device(void) {
+  ferry_device *dev = device_of_backend("native");
+  return dev ? dev : device_of_backend("checked");
+}
+
+/* An import of 64 float32 of ferry_host_alloc memory whose deleter calls ferry. */
+static ferry_buffer import_calling(calling_tensor *c, reentry what) {
+  ferry_device *dev = host_device();
+  void *memory = NULL;
+  CHECK_OK(ferry_host_alloc(dev, 64 * sizeof(float), &memory));
+  make(&c->m, memory, cpu, f32, 64);
+  c->m.memory = memory;
+  c->m.release = call_ferry;
+  c->what = what;
+  c->status = FERRY_ERROR_BACKEND;
+  c->count = SIZE_MAX;
+  c->sentence[0] = '\0';
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_dlpack_import(&c->m.legacy, dev, &b, NULL));
+  return b;
+}
+
+static void deleters_calling_ferry(void) {
+  if (!host_device()) return;
+  harness_context = "deleters that call ferry";
+  watchdog(true);
+  calling_tensor c;
+  /* From ferry_free: the calls work. */
+  CHECK_OK(ferry_free(import_calling(&c, REENTER_HOST_FREE)));
+  CHECK(c.m.deleted == 1);
+  CHECK_OK(c.status);
+  CHECK_OK(ferry_free(import_calling(&c, REENTER_DEVICE_COUNT)));
+  CHECK(c.m.deleted == 1 && c.count > 0 && c.count == ferry_device_count());
+  ferry_buffer b = import_calling(&c, REENTER_SHUTDOWN);
+  CHECK_OK(ferry_free(b)); /* the deleter's ferry_shutdown ended the session */
+  CHECK(c.m.deleted == 1);
+  CHECK_STATUS(ferry_free(b), FERRY_ERROR_STALE_BUFFER);
+  /* From the consumer's deleter of a tensor ferry exported, which drops the last
+   * reference to an imported buffer (freed before): the calls work. */
+  b = import_calling(&c, REENTER_SHUTDOWN);
+  ferry_dl_managed_tensor *out = NULL;
+  CHECK_OK(ferry_dlpack_export(b, &out));
+  CHECK_OK(ferry_free(b));
+  CHECK(c.m.deleted == 0);
+  out->deleter(out);
+  CHECK(c.m.deleted == 1);
+  CHECK(ferry_dlpack_live_exports() == exports_at_start);
+  /* From ferry_shutdown, for a buffer still live then: the deleter runs once the
+   * session is gone and ferry's locks are free. ferry_shutdown released every
+   * ferry_host_alloc block already, and does not start ferry again from the
+   * deleters it runs: those calls fail at once, saying why, and ferry_shutdown
+   * itself returns at once. */
+  import_calling(&c, REENTER_HOST_FREE);
+  ferry_shutdown();
+  CHECK(c.m.deleted == 1);
+  CHECK_STATUS(c.status, FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_MSG(strstr(c.sentence, "ferry_host_free") && strstr(c.sentence, "ferry_shutdown"), "sentence: %s", c.sentence);
+  import_calling(&c, REENTER_DEVICE_COUNT);
+  ferry_shutdown();
+  CHECK(c.m.deleted == 1 && c.count == 0);
+  CHECK_MSG(strstr(c.sentence, "ferry_device_count") && strstr(c.sentence, "ferry_shutdown"), "sentence: %s",
+            c.sentence);
+  import_calling(&c, REENTER_SHUTDOWN);
+  ferry_shutdown();
+  CHECK(c.m.deleted == 1);
+  /* ferry starts again as usual afterwards. */
+  CHECK_OK(ferry_init());
+  CHECK(ferry_device_count() > 0);
+  CHECK(ferry_dlpack_live_exports() == exports_at_start);
+  watchdog(false);
+  harness_context = "";
+}
+
+/* ---- deleters racing ferry_shutdown --------------------------------------------------------------- */
+
+/* A consumer's deleter may run on any thread at any time, a garbage collector's
+ * included, also while another thread shuts ferry down: the tensor's reference
+ * goes exactly once, either with the deleter or with the shutdown, never with
+ * both. Each round hands a tensor of a freed (or live) buffer to another thread,
+ * which runs its deleter at once, while this thread shuts ferry down. */
+static _Atomic(ferry_dl_managed_tensor *) race_tensor;
+static _Atomic bool race_stop;
+
+static void *run_deleters(void *arg) {
+  (void)arg;
+  while (!atomic_load(&race_stop)) {
+    ferry_dl_managed_tensor *t = atomic_exchange(&race_tensor, NULL);
+    if (t) t->deleter(t);
+  }
+  return NULL;
+}
+
+static void deleters_racing_shutdown(void) {
+  harness_context = "deleters racing ferry_shutdown";
+  watchdog(true);
+  ferry_shutdown();
+  CHECK_OK(ferry_set_option("FERRY_BACKENDS", "native"));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, run_deleters, NULL) == 0);
+  for (unsigned round = 0; round < 3000; round++) {
+    ferry_device *dev = ferry_device_best();
+    ferry_buffer b;
+    ferry_dl_managed_tensor *tensor = NULL;
+    if (!dev || ferry_alloc(dev, 64, FERRY_UINT8, &b) != FERRY_OK || ferry_dlpack_export(b, &tensor) != FERRY_OK) {
+      CHECK_MSG(false, "round %u: %s", round, ferry_last_error());
+      ferry_shutdown();
+      break;
+    }
+    if (round % 2) CHECK_OK(ferry_free(b)); /* freed and held; else live and held */
+    atomic_store(&race_tensor, tensor);
+    for (volatile unsigned spin = round % 64 * 16; spin > 0; spin--) {
+    }
+    ferry_shutdown();
+    while (atomic_load(&race_tensor) != NULL) {
+    }
+  }
+  atomic_store(&race_stop, true);
+  pthread_join(t, NULL);
+  CHECK(ferry_dlpack_live_exports() == exports_at_start);
+  CHECK_OK(ferry_set_option("FERRY_BACKENDS", NULL));
+  CHECK_OK(ferry_init());
+  watchdog(false);
+  harness_context = "";
+}
+
 int main(void) {
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
@@ -953,6 +1151,8 @@ int main(void) {
   cuda_imports();
   racing_deleters();
   shutdown_cases();
+  deleters_calling_ferry();
+  deleters_racing_shutdown();
   ferry_shutdown();
   return harness_finish("dlpack");
 }

@@ -49,9 +49,44 @@ static void check_device(ferry_device *dev, const ferry_device_info *info) {
     CHECK_MSG(d.driver_version[0] != '\0', "%s: no C library version", b);
     CHECK_MSG(d.free_memory > 0, "%s: MemAvailable not read", b);
   }
+  /* The counts stay inside their arrays; a CPU device's free memory is never unknown. */
+  CHECK(d.heap_count <= FERRY_MAX_HEAPS && d.memory_type_count <= FERRY_MAX_MEMORY_TYPES &&
+        d.queue_family_count <= FERRY_MAX_QUEUE_FAMILIES);
+  CHECK_MSG(!info->is_cpu || d.free_memory > 0, "device %zu (%s): a CPU device without free memory", info->index,
+            info->backend);
+  CHECK_MSG(!d.free_memory_from_host || (info->is_cpu && !info->zero_copy),
+            "device %zu (%s): the host's free memory given for a device that is not a CPU driver's", info->index,
+            info->backend);
+  if (strcmp(b, "native") == 0 || strcmp(b, "checked") == 0) {
+    CHECK_MSG(!d.free_memory_from_host && d.compute_units > 0, "%s: compute units %u, free memory from host %d", b,
+              (unsigned)d.compute_units, d.free_memory_from_host);
+  }
   if (strcmp(b, "cuda") == 0) CHECK_MSG(strncmp(d.api_version, "CUDA ", 5) == 0, "cuda: API '%s'", d.api_version);
-  if (strcmp(b, "opencl") == 0) CHECK_MSG(strncmp(d.api_version, "OpenCL ", 7) == 0, "opencl: '%s'", d.api_version);
-  if (strcmp(b, "vulkan") == 0) CHECK_MSG(strncmp(d.api_version, "Vulkan ", 7) == 0, "vulkan: '%s'", d.api_version);
+  if (strcmp(b, "opencl") == 0) {
+    CHECK_MSG(strncmp(d.api_version, "OpenCL ", 7) == 0, "opencl: '%s'", d.api_version);
+    /* What clinfo shows first: every OpenCL device has them. */
+    CHECK_MSG(d.compute_units > 0 && d.max_work_group_size > 0 && d.local_memory > 0,
+              "opencl: compute units %u, work group %llu, local memory %llu", (unsigned)d.compute_units,
+              (unsigned long long)d.max_work_group_size, (unsigned long long)d.local_memory);
+    CHECK_MSG(d.local_memory_type == 1 || d.local_memory_type == 2, "opencl: local memory type %u",
+              (unsigned)d.local_memory_type);
+    CHECK(d.heap_count == 0 && d.queue_family_count == 0);
+  }
+  if (strcmp(b, "vulkan") == 0) {
+    CHECK_MSG(strncmp(d.api_version, "Vulkan ", 7) == 0, "vulkan: '%s'", d.api_version);
+    /* What vulkaninfo shows first. */
+    CHECK_MSG(d.heap_count > 0 && d.memory_type_count > 0 && d.queue_family_count > 0,
+              "vulkan: %u heaps, %u memory types, %u queue families", (unsigned)d.heap_count,
+              (unsigned)d.memory_type_count, (unsigned)d.queue_family_count);
+    for (uint32_t i = 0; i < d.memory_type_count; i++)
+      CHECK_MSG(d.memory_types[i].heap < d.heap_count, "vulkan: memory type %u on heap %u of %u", (unsigned)i,
+                (unsigned)d.memory_types[i].heap, (unsigned)d.heap_count);
+    bool compute = false;
+    for (uint32_t i = 0; i < d.queue_family_count; i++)
+      compute = compute || ((d.queue_families[i].flags & 2u) && d.queue_families[i].count > 0);
+    CHECK_MSG(compute, "vulkan: no queue family with compute queues");
+    CHECK(d.max_work_group_size > 0 && d.local_memory > 0);
+  }
   if (strcmp(b, "metal") == 0) {
     CHECK_MSG(strcmp(d.driver, "Metal") == 0, "metal: driver '%s'", d.driver);
     CHECK_MSG(strncmp(d.api_version, "Metal", 5) == 0, "metal: API '%s'", d.api_version);

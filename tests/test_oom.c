@@ -8,6 +8,12 @@
  * allocation cache, checked's quarantine) is given back when an allocation runs
  * out.
  *
+ * A device with memory of its own (a discrete GPU: NVIDIA's OpenCL and Vulkan)
+ * does not take address space for its buffers, so the limit does not limit
+ * them: there the test is what it does limit, host memory ferry allocates for
+ * the device (ferry_host_alloc's pinned blocks), and device allocations must go
+ * on working under it.
+ *
  * Skipped under ASan and TSan: their shadow memory takes terabytes of address
  * space, so no address-space limit can be set under them.
  */
@@ -62,6 +68,48 @@ static int fill(ferry_device *dev, ferry_buffer *pieces, const char *round) {
   return n;
 }
 
+/* ferry_host_alloc of PIECE blocks until one fails; that one must be out of memory. */
+static int fill_host(ferry_device *dev, void **blocks, const char *round) {
+  int n = 0;
+  for (; n < MAX_PIECES; n++) {
+    ferry_status st = ferry_host_alloc(dev, PIECE, &blocks[n]);
+    if (st != FERRY_OK) {
+      CHECK_MSG(st == FERRY_ERROR_OUT_OF_MEMORY, "%s: host block %d failed with %s: %s", round, n,
+                ferry_status_name(st), ferry_last_error());
+      break;
+    }
+    memset((char *)blocks[n] + PIECE - 4096, 1, 4096);
+  }
+  CHECK_MSG(n < MAX_PIECES, "%s: %d host blocks of 64 MiB fit under a limit of 768 MiB more", round, n);
+  return n;
+}
+
+/* A device with memory of its own, under the limit: host blocks run out, device memory does not. */
+static void run_device_with_own_memory(ferry_device *dev, const char *backend) {
+  void *blocks[MAX_PIECES];
+  int first = fill_host(dev, blocks, "first round");
+  for (int i = 0; i < first; i++)
+    CHECK_OK(ferry_host_free(blocks[i]));
+  int second = fill_host(dev, blocks, "second round");
+  CHECK_MSG(second >= first - 1, "%d host blocks fit before freeing, %d after", first, second);
+  for (int i = 0; i < second; i++)
+    CHECK_OK(ferry_host_free(blocks[i]));
+  ferry_buffer b[4];
+  unsigned char out[4096], back[4096];
+  fill_pattern(out, sizeof out, 11);
+  for (int i = 0; i < 4; i++) {
+    CHECK_OK(ferry_alloc(dev, (size_t)256 << 20, FERRY_UINT8, &b[i])); /* a GiB of device memory: not limited */
+    CHECK_OK(ferry_write(b[i], 0, out, sizeof out));
+    CHECK_OK(ferry_read(b[i], 0, back, sizeof back));
+    CHECK(memcmp(out, back, sizeof out) == 0);
+  }
+  for (int i = 0; i < 4; i++)
+    CHECK_OK(ferry_free(b[i]));
+  printf("%s: %d and %d host blocks of 64 MiB under a limit of 768 MiB more address space; device memory "
+         "unlimited by it\n",
+         backend, first, second);
+}
+
 static void run_backend(const char *backend) {
   harness_context = backend;
   CHECK_OK(ferry_set_option("FERRY_BACKENDS", backend));
@@ -78,6 +126,13 @@ static void run_backend(const char *backend) {
 
   struct rlimit limit = {address_space() + HEADROOM, RLIM_INFINITY};
   CHECK(setrlimit(RLIMIT_AS, &limit) == 0);
+  ferry_device_info info;
+  CHECK_OK(ferry_device_info_get(dev, &info));
+  if (!info.is_cpu) {
+    run_device_with_own_memory(dev, backend);
+    ferry_shutdown();
+    return;
+  }
 
   /* More than the limit leaves, at once. */
   ferry_buffer huge;

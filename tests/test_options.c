@@ -12,6 +12,8 @@
  */
 #include "harness.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -280,6 +282,57 @@ static void listing(void) {
   CHECK_OK(ferry_set_option("FERRY_BACKENDS", NULL));
 }
 
+/* The listing's strings are the caller's to keep: another thread that starts
+ * ferry again (which reads the settings anew) or lists them too must not end
+ * them. The lister reads every byte of each value it was given, after other
+ * calls ran, while the main thread sets, starts and shuts down; under ASan a
+ * string freed under it is a heap-use-after-free. */
+static _Atomic bool lister_stop;
+static _Atomic long lister_bad;
+static const char *const limits[] = {"1M", "2M", "3M", "4M", ""};
+
+static void *lister(void *arg) {
+  (void)arg;
+  size_t n = ferry_option_count();
+  const char *kept[128] = {0};
+  while (!atomic_load(&lister_stop)) {
+    for (size_t i = 0; i < n && i < 128; i++) {
+      ferry_option_info info;
+      if (ferry_option_get(i, &info) != FERRY_OK) {
+        atomic_fetch_add(&lister_bad, 1);
+        continue;
+      }
+      /* The value this thread was given last time for this setting: still readable. */
+      if (kept[i] && strlen(kept[i]) > 4096) atomic_fetch_add(&lister_bad, 1);
+      kept[i] = info.value;
+      if (strcmp(info.name, "FERRY_CACHE_LIMIT") == 0) {
+        bool known = false;
+        for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++)
+          known = known || strcmp(info.value, limits[k]) == 0;
+        if (!known) atomic_fetch_add(&lister_bad, 1);
+      }
+    }
+  }
+  return NULL;
+}
+
+static void listing_while_others_restart(void) {
+  harness_context = "listing while another thread restarts ferry";
+  CHECK_OK(ferry_set_option("FERRY_BACKENDS", "native"));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, lister, NULL) == 0);
+  for (int i = 0; i < 200; i++) {
+    CHECK_OK(ferry_set_option("FERRY_CACHE_LIMIT", limits[i % 4]));
+    CHECK_OK(ferry_init());
+    ferry_shutdown();
+  }
+  atomic_store(&lister_stop, true);
+  pthread_join(t, NULL);
+  CHECK(atomic_load(&lister_bad) == 0);
+  CHECK_OK(ferry_set_option("FERRY_CACHE_LIMIT", NULL));
+  CHECK_OK(ferry_set_option("FERRY_BACKENDS", NULL));
+}
+
 int main(void) {
   /* The test sets these itself. */
   for (size_t c = 0; c < CASE_COUNT; c++)
@@ -290,6 +343,7 @@ int main(void) {
   backends_lists();
   code_setting_takes_effect();
   every_variable_checked();
+  listing_while_others_restart();
   harness_context = "";
   return harness_finish("options");
 }

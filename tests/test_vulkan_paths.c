@@ -4,11 +4,18 @@
  * the memcpy path only; a discrete GPU takes the staging ring, non-coherent
  * flushes and, with NVIDIA's 4096-allocation limit, buffers in shared blocks.
  * FERRY_VULKAN_DEBUG forces those paths on any driver; this program runs every
- * device case and the cross-device cases against native under each of them.
+ * device case and the cross-device cases against native under each of them,
+ * and once more on a device without timeline semaphores (notimeline: no lanes,
+ * the fenced paths).
  *
- * The cases are the suite's own, compiled in unchanged.
+ * The cases are the suite's own (the queue cases too), compiled in unchanged.
  */
+#include "conformance_backends.c"
 #include "conformance_cases.c"
+#include "conformance_queues.c"
+
+static const conformance_case *const device_lists[] = {conformance_device_cases, conformance_queue_cases, NULL};
+static const conformance_pair_case *const pair_lists[] = {conformance_pair_cases, conformance_queue_pair_cases, NULL};
 
 static void run_mode(const char *mode) {
   setenv("FERRY_VULKAN_DEBUG", mode, 1);
@@ -32,23 +39,25 @@ static void run_mode(const char *mode) {
     ferry_device_info_get(dev, &info);
     if (strcmp(info.backend, "vulkan") != 0) continue;
     printf("device %zu (%s), FERRY_VULKAN_DEBUG=%s\n", info.index, info.name, mode);
-    for (const conformance_case *c = conformance_device_cases; c->name; c++) {
-      snprintf(context, sizeof context, "vulkan[%zu] (%s) %s", info.index, mode, c->name);
-      harness_case_begin(context);
-      c->run(dev, &info);
-      harness_case_end(c->name);
-    }
+    for (const conformance_case *const *list = device_lists; *list; list++)
+      for (const conformance_case *c = *list; c->name; c++) {
+        snprintf(context, sizeof context, "vulkan[%zu] (%s) %s", info.index, mode, c->name);
+        harness_case_begin(context);
+        c->run(dev, &info);
+        harness_case_end(c->name);
+      }
     if (!native) continue;
-    for (const conformance_pair_case *c = conformance_pair_cases; c->name; c++) {
-      snprintf(context, sizeof context, "vulkan[%zu] -> native (%s) %s", info.index, mode, c->name);
-      harness_case_begin(context);
-      c->run(dev, &info, native, &native_info);
-      harness_case_end(c->name);
-      snprintf(context, sizeof context, "native -> vulkan[%zu] (%s) %s", info.index, mode, c->name);
-      harness_case_begin(context);
-      c->run(native, &native_info, dev, &info);
-      harness_case_end(c->name);
-    }
+    for (const conformance_pair_case *const *list = pair_lists; *list; list++)
+      for (const conformance_pair_case *c = *list; c->name; c++) {
+        snprintf(context, sizeof context, "vulkan[%zu] -> native (%s) %s", info.index, mode, c->name);
+        harness_case_begin(context);
+        c->run(dev, &info, native, &native_info);
+        harness_case_end(c->name);
+        snprintf(context, sizeof context, "native -> vulkan[%zu] (%s) %s", info.index, mode, c->name);
+        harness_case_begin(context);
+        c->run(native, &native_info, dev, &info);
+        harness_case_end(c->name);
+      }
   }
   harness_context = "";
   ferry_shutdown();
@@ -60,7 +69,8 @@ int main(void) {
   int present = harness_start_backend("vulkan", "vulkan_paths", &b);
   if (present != 0) return present;
   ferry_shutdown();
-  const char *modes[] = {"staging", "staging,noncoherent,suballoc", "suballoc,noncoherent"};
+  /* The last: a device without timeline semaphores (no lanes: queues run on the core's thread, fences). */
+  const char *modes[] = {"staging", "staging,noncoherent,suballoc", "suballoc,noncoherent", "staging,notimeline"};
   /* The staging paths wait for fences most: once polling them (as on a GPU), once as the device comes. */
   bool preset_spin = getenv("FERRY_VULKAN_SPIN_US") != NULL;
   for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {

@@ -4,12 +4,16 @@
  * files (checked before anything else), the plan (the devices, the pairs of
  * devices, the sizes each can take), the measurements device by device (each
  * table printed as soon as its device is done), the pairs, then --json, --csv and
- * --plot. Exit status: 0 every figure measured, 1 something failed or nothing
- * could be measured, 2 bad arguments or an output file that cannot be written.
+ * --plot. Output files are opened before anything is measured. Ctrl-C (or SIGTERM)
+ * stops the run at the next row: the tables and files then hold what was measured,
+ * marked partial. Exit status: 0 every figure measured, 1 something failed or
+ * nothing could be measured, 2 bad arguments or an output file that cannot be
+ * written, 130 (143) interrupted by Ctrl-C (SIGTERM).
  */
 #include "bench.h"
 #include "tool.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -205,18 +209,159 @@ static long plan(bench_run *run, char *why, size_t why_size) {
   return rows;
 }
 
-/* Output files are checked before anything is measured: a bad path costs no run. */
-static int check_outputs(const bench_options *o) {
-  const char *paths[3] = {o->json_path, o->csv_path, o->plot_path};
-  const char *names[3] = {"--json", "--csv", "--plot"};
-  for (int k = 0; k < 3; k++) {
+/* ---- output files, opened before anything is measured: a bad path costs no run ---- */
+
+enum { OUT_JSON, OUT_CSV, OUT_PLOT, OUT_TABLES, OUT_COUNT };
+static const char *const out_option[OUT_COUNT] = {"--json", "--csv", "--plot", "--tables"};
+
+static int open_outputs(const bench_options *o, tool_output out[OUT_COUNT]) {
+  const char *paths[OUT_COUNT] = {o->json_path, o->csv_path, o->plot_path, o->tables_path};
+  memset(out, 0, sizeof(tool_output) * OUT_COUNT);
+  for (int k = 0; k < OUT_COUNT; k++) {
     char why[1200];
-    if (paths[k] && tool_check_output(paths[k], why, sizeof why) != 0) {
-      fprintf(stderr, "ferry bench: %s %s: %s\n", names[k], paths[k], why);
+    if (paths[k] && tool_output_open(&out[k], paths[k], why, sizeof why) != 0) {
+      fprintf(stderr, "ferry bench: %s %s: %s\n", out_option[k], paths[k], why);
+      for (int j = 0; j < k; j++)
+        tool_output_abandon(&out[j]);
       return 2;
     }
   }
   return 0;
+}
+
+static void abandon_outputs(tool_output out[OUT_COUNT]) {
+  for (int k = 0; k < OUT_COUNT; k++)
+    tool_output_abandon(&out[k]);
+}
+
+static int write_outputs(const bench_run *run, tool_output out[OUT_COUNT]) {
+  int failures = 0;
+  if (out[OUT_JSON].path) failures += bench_write_json(&out[OUT_JSON], run);
+  if (out[OUT_CSV].path) failures += bench_write_csv(&out[OUT_CSV], run);
+  if (out[OUT_PLOT].path) failures += bench_write_svg(&out[OUT_PLOT], run);
+  return failures;
+}
+
+/* ---- Ctrl-C: the run stops at the next row, and what was measured is written ---- */
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop(int sig) {
+  stop_signal = sig;
+  signal(sig, SIG_DFL); /* a second Ctrl-C ends the command at once */
+}
+
+bool bench_interrupted(void) { return stop_signal != 0; }
+
+static void catch_stops(bool on) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on ? on_stop : SIG_DFL;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+}
+
+/* Rows that an interruption left unmeasured say so (the tables, JSON and CSV). */
+static void mark_unmeasured(bench_run *run) {
+  for (size_t i = 0; i < run->device_count; i++)
+    for (size_t r = 0; r < (size_t)PATH_DEVICE_COUNT * run->opt.size_count; r++)
+      bench_row_interrupted(&run->devices[i].rows[r]);
+  for (size_t i = 0; i < run->pair_count; i++)
+    for (size_t r = 0; r < run->opt.size_count; r++)
+      bench_row_interrupted(&run->pairs[i].rows[r]);
+}
+
+static void say_partial(const bench_run *run, const tool_output out[OUT_COUNT], long figures) {
+  char written[1200] = "", n[64];
+  size_t used = 0;
+  for (int k = 0; k < OUT_COUNT; k++)
+    if (out[k].path && k != OUT_TABLES && used < sizeof written)
+      used += (size_t)snprintf(written + used, sizeof written - used, "%s%s", used ? ", " : "",
+                               strcmp(out[k].path, "-") == 0 ? "stdout" : out[k].path);
+  bench_note("interrupted (%s) after %.1f s: %s measured%s%s%s", stop_signal == SIGINT ? "Ctrl-C" : "SIGTERM",
+             run->seconds, bench_plural(figures, "figure", "figures", n), used ? "; written, marked partial, to " : "",
+             written, used ? "" : "; nothing else is written (no --json, --csv or --plot)");
+}
+
+static long count_figures(const bench_run *run) {
+  long figures = 0;
+  for (size_t i = 0; i < run->device_count; i++)
+    for (size_t r = 0; r < (size_t)PATH_DEVICE_COUNT * run->opt.size_count; r++)
+      figures += run->devices[i].rows[r].status == ROW_OK;
+  for (size_t i = 0; i < run->pair_count; i++)
+    for (size_t r = 0; r < run->opt.size_count; r++)
+      figures += run->pairs[i].rows[r].status == ROW_OK;
+  return figures;
+}
+
+/* "196 figures on 3 devices and 6 pairs in 4.3 s; 0 failures" */
+static void print_closing(FILE *f, const bench_run *run, long figures, const char *where_failures) {
+  char a[64], b[64], c[64], d[64];
+  fprintf(f, "\n%s%s on %s", run->interrupted ? "interrupted: " : "", bench_plural(figures, "figure", "figures", a),
+          bench_plural((long)run->device_count, "device", "devices", b));
+  if (run->pair_count) fprintf(f, " and %s", bench_plural((long)run->pair_count, "pair", "pairs", d));
+  fprintf(f, " in %.1f s; %s", run->seconds, bench_plural(run->failures, "failure", "failures", c));
+  if (run->failures) fprintf(f, " (%s)", where_failures);
+  fputc('\n', f);
+  fflush(f);
+}
+
+/* Sets the run up to its plan; 0 to measure, else the exit status (said on stderr). */
+static int prepare(bench_run *run) {
+  char err[1024];
+  if (bench_check_selection(&run->opt, err, sizeof err) != 0) {
+    fprintf(stderr, "ferry bench: %s\n", err);
+    bench_usage(stderr);
+    return 2;
+  }
+  if (ferry_device_count() == 0) {
+    fprintf(stderr, "ferry bench: there are no devices to measure; 'ferry info' says why each backend has none\n");
+    return 1;
+  }
+  tool_system_describe(&run->sys);
+  if (pick_devices(run) != 0 || pick_pairs(run) != 0) {
+    fprintf(stderr, "ferry bench: no host memory to prepare the devices\n");
+    return 1;
+  }
+  for (size_t i = 0; i < run->device_count; i++)
+    bench_device_prepare(&run->devices[i]);
+  for (size_t i = 0; i < run->pair_count; i++)
+    bench_pair_cap(run, &run->pairs[i]);
+  char why[2048];
+  run->planned = plan(run, why, sizeof why);
+  if (run->planned == 0) {
+    fprintf(stderr, "ferry bench: nothing to measure: %s\n", why);
+    return 1;
+  }
+  return 0;
+}
+
+/* Measures every device, then every pair, printing each table when it is done. */
+static void measure_all(bench_run *run, FILE *table) {
+  double t0 = bench_now();
+  catch_stops(true); /* before the header: once it is out, Ctrl-C keeps what is measured */
+  if (table) {
+    bench_print_header(table, run);
+    fflush(table);
+  }
+  bench_progress_start(run->planned);
+  bool device_rows = any_device_path(&run->opt);
+  for (size_t i = 0; i < run->device_count && device_rows && !bench_interrupted(); i++) {
+    bench_measure_device(run, &run->devices[i]);
+    if (bench_interrupted()) mark_unmeasured(run); /* before its table, which then says so */
+    bench_progress_clear();
+    if (table) bench_print_device(table, run, &run->devices[i]);
+  }
+  for (size_t i = 0; i < run->pair_count && !bench_interrupted(); i++)
+    bench_measure_pair(run, &run->pairs[i]);
+  catch_stops(false);
+  bench_progress_end();
+  run->interrupted = bench_interrupted();
+  if (run->interrupted) mark_unmeasured(run);
+  if (table && run->pair_count) bench_print_pairs(table, run);
+  run->seconds = bench_now() - t0;
+  if (table && !run->opt.no_legend) bench_print_legend(table, run);
 }
 
 int ferry_bench_main(int argc, char **argv) {
@@ -232,91 +377,49 @@ int ferry_bench_main(int argc, char **argv) {
     bench_help(stdout);
     return 0;
   }
-  if (check_outputs(&run.opt)) return 2;
+  tool_output out[OUT_COUNT];
+  if (open_outputs(&run.opt, out)) return 2;
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
     fprintf(stderr, "ferry bench: ferry could not start: %s (%s)\n", ferry_last_error(), ferry_status_name(st));
+    abandon_outputs(out);
     return 1;
   }
-  if (bench_check_selection(&run.opt, err, sizeof err) != 0) {
-    fprintf(stderr, "ferry bench: %s\n", err);
-    bench_usage(stderr);
-    ferry_shutdown();
-    return 2;
-  }
-  if (ferry_device_count() == 0) {
-    fprintf(stderr, "ferry bench: there are no devices to measure; 'ferry info' says why each backend has none\n");
-    ferry_shutdown();
-    return 1;
-  }
-  tool_system_describe(&run.sys);
-  if (pick_devices(&run) != 0 || pick_pairs(&run) != 0) {
-    fprintf(stderr, "ferry bench: no host memory to prepare the devices\n");
+  int rc = prepare(&run);
+  if (rc != 0) {
+    abandon_outputs(out);
     free_run(&run);
     ferry_shutdown();
-    return 1;
-  }
-  for (size_t i = 0; i < run.device_count; i++)
-    bench_device_prepare(&run.devices[i]);
-  for (size_t i = 0; i < run.pair_count; i++)
-    bench_pair_cap(&run, &run.pairs[i]);
-  char why[2048];
-  run.planned = plan(&run, why, sizeof why);
-  if (run.planned == 0) {
-    fprintf(stderr, "ferry bench: nothing to measure: %s\n", why);
-    free_run(&run);
-    ferry_shutdown();
-    return 1;
+    return rc;
   }
 
-  /* With --json - or --csv -, stdout is the data and the tables go to stderr; --quiet: no tables. */
+  /* The tables: into --tables FILE; else on stdout, or on stderr where stdout is the data
+   * (--json -, --csv -); none with --summary (without --tables) or --quiet. The summary
+   * goes where the tables would. */
   bool data_on_stdout = (run.opt.json_path && strcmp(run.opt.json_path, "-") == 0) ||
                         (run.opt.csv_path && strcmp(run.opt.csv_path, "-") == 0);
-  FILE *table = run.opt.quiet ? NULL : data_on_stdout ? stderr : stdout;
+  FILE *screen = run.opt.quiet ? NULL : data_on_stdout ? stderr : stdout;
+  FILE *table = run.opt.tables_path ? tool_output_begin(&out[OUT_TABLES]) : run.opt.summary ? NULL : screen;
+  FILE *summary = run.opt.summary ? screen : NULL;
+  measure_all(&run, table);
+  int write_failures = write_outputs(&run, out);
 
-  double t0 = bench_now();
-  if (table) {
-    bench_print_header(table, &run);
-    fflush(table);
+  long figures = count_figures(&run);
+  if (table) print_closing(table, &run, figures, "listed under the tables");
+  if (summary && summary != table) {
+    const char *where = run.opt.tables_path && strcmp(run.opt.tables_path, "-") != 0 ? run.opt.tables_path : NULL;
+    bench_print_summary(summary, &run, where);
+    print_closing(summary, &run, figures, "listed in the full tables");
   }
-  bench_progress_start(run.planned);
-  bool device_rows = any_device_path(&run.opt);
-  for (size_t i = 0; i < run.device_count && device_rows; i++) {
-    bench_measure_device(&run, &run.devices[i]);
-    bench_progress_clear();
-    if (table) bench_print_device(table, &run, &run.devices[i]);
+  if (run.opt.tables_path && tool_output_close(&out[OUT_TABLES]) != 0) {
+    bench_note("--tables %s: writing the file failed", run.opt.tables_path);
+    write_failures++;
   }
-  for (size_t i = 0; i < run.pair_count; i++)
-    bench_measure_pair(&run, &run.pairs[i]);
-  bench_progress_end();
-  if (table && run.pair_count) bench_print_pairs(table, &run);
-  run.seconds = bench_now() - t0;
-  if (table && !run.opt.no_legend) bench_print_legend(table, &run);
-
-  int write_failures = 0;
-  if (run.opt.json_path) write_failures += bench_write_json(run.opt.json_path, &run);
-  if (run.opt.csv_path) write_failures += bench_write_csv(run.opt.csv_path, &run);
-  if (run.opt.plot_path) write_failures += bench_write_svg(run.opt.plot_path, &run);
-
-  long figures = 0;
-  for (size_t i = 0; i < run.device_count; i++)
-    for (size_t r = 0; r < (size_t)PATH_DEVICE_COUNT * run.opt.size_count; r++)
-      figures += run.devices[i].rows[r].status == ROW_OK;
-  for (size_t i = 0; i < run.pair_count; i++)
-    for (size_t r = 0; r < run.opt.size_count; r++)
-      figures += run.pairs[i].rows[r].status == ROW_OK;
-  if (table) {
-    char a[64], b[64], c[64], d[64];
-    fprintf(table, "\n%s on %s", bench_plural(figures, "figure", "figures", a),
-            bench_plural((long)run.device_count, "device", "devices", b));
-    if (run.pair_count) fprintf(table, " and %s", bench_plural((long)run.pair_count, "pair", "pairs", d));
-    fprintf(table, " in %.1f s; %s%s\n", run.seconds, bench_plural(run.failures, "failure", "failures", c),
-            run.failures ? " (listed under the tables)" : "");
-    fflush(table);
-  }
-  if (figures == 0 && run.failures == 0)
+  if (run.interrupted)
+    say_partial(&run, out, figures);
+  else if (figures == 0 && run.failures == 0)
     fprintf(stderr, "ferry bench: nothing was measured (every row was skipped; the tables say why)\n");
-  int rc = run.failures || write_failures || figures == 0 ? 1 : 0;
+  rc = run.interrupted ? 128 + (int)stop_signal : run.failures || write_failures || figures == 0 ? 1 : 0;
   free_run(&run);
   ferry_shutdown();
   return rc;

@@ -70,7 +70,9 @@ typedef struct bench_options {
   bool quick;       /* --quick */
   bool quiet;       /* -q, --quiet: nothing on stdout */
   bool no_legend;   /* --no-legend */
+  bool summary;     /* --summary: a short table instead of the full ones (what make run shows) */
   const char *json_path, *csv_path, *plot_path;
+  const char *tables_path; /* --tables FILE: the full tables into FILE */
   bool help;
 } bench_options;
 
@@ -104,6 +106,7 @@ typedef struct bench_row {
   char *raw_error;         /* a raw call failed (the ferry figure may still be fine) */
   int samples;             /* interleaved ferry/raw samples behind each figure */
   bool verified;           /* the bytes of one ferry transfer (and one raw transfer per way) were checked */
+  bool settled;            /* measured, failed or skipped; false: not reached (yet) */
 } bench_row;
 
 typedef struct bench_device {
@@ -143,10 +146,16 @@ typedef struct bench_run {
   size_t left_out_count;
   bench_pair *pairs;
   size_t pair_count;
-  long planned; /* rows to measure */
-  int failures; /* failed rows, plus failures outside rows */
+  long planned;     /* rows to measure */
+  int failures;     /* failed rows, plus failures outside rows */
+  bool interrupted; /* Ctrl-C (or SIGTERM) stopped the run: what it holds is partial */
   double seconds;
 } bench_run;
+
+/* ---- bench.c ---- */
+
+/* Has Ctrl-C (or SIGTERM) asked the run to stop? Measuring stops at the next row. */
+bool bench_interrupted(void);
 
 /* ---- bench_options.c ---- */
 
@@ -180,6 +189,9 @@ bool bench_path_applies(const bench_device *d, bench_path p, size_t bytes, char 
 void bench_measure_device(bench_run *run, bench_device *d);
 /* Measures a copy between two devices. */
 void bench_measure_pair(bench_run *run, bench_pair *p);
+/* A row left unmeasured by an interruption says so (skipped, with that reason). */
+void bench_row_interrupted(bench_row *row);
+#define BENCH_INTERRUPTED "the run was interrupted first"
 double bench_now(void);
 /* The row's figure: GB/s (10^9 bytes/s) for bandwidth rows, microseconds for latency rows. */
 double bench_figure(const bench_row *row, double seconds);
@@ -205,6 +217,9 @@ void bench_print_header(FILE *f, const bench_run *run);
 void bench_print_device(FILE *f, const bench_run *run, const bench_device *d);
 void bench_print_pairs(FILE *f, const bench_run *run);
 void bench_print_legend(FILE *f, const bench_run *run);
+/* --summary: one line per device (h2d, d2h, d2d at its largest size, alloc+free at its
+ * smallest), the pairs in a sentence; `tables` names where the full tables are (or NULL). */
+void bench_print_summary(FILE *f, const bench_run *run, const char *tables);
 /* A bandwidth with the unit that fits: "64.0 GB/s", "95.3 MB/s", "712 KB/s" */
 const char *bench_bandwidth_text(double gbs, char buf[32]);
 /* The progress bar (stderr, only when it is a terminal). */
@@ -218,12 +233,13 @@ void bench_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ---- bench_export.c ---- */
 
-/* 0 on success; otherwise a sentence was printed. "-" is stdout. */
-int bench_write_json(const char *path, const bench_run *run);
-int bench_write_csv(const char *path, const bench_run *run);
+/* Into the file opened before measuring (tool_output_open); 0 on success, otherwise a
+ * sentence was printed. */
+int bench_write_json(tool_output *out, const bench_run *run);
+int bench_write_csv(tool_output *out, const bench_run *run);
 
 /* ---- bench_svg.c ---- */
 
-int bench_write_svg(const char *path, const bench_run *run);
+int bench_write_svg(tool_output *out, const bench_run *run);
 
 #endif

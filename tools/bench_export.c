@@ -37,22 +37,15 @@ static void skip_reason(const bench_row *row, size_t cap, const char *cap_reason
     snprintf(buf, size, "not measured");
 }
 
-static FILE *open_out(const char *path, const char *option) {
-  if (strcmp(path, "-") == 0) return stdout;
-  FILE *f = fopen(path, "w");
-  if (!f) bench_note("%s %s: cannot write the file: %s", option, path, strerror(errno));
+static FILE *open_out(tool_output *out, const char *option) {
+  FILE *f = tool_output_begin(out);
+  if (!f) bench_note("%s %s: cannot write the file: %s", option, out->path, strerror(errno));
   return f;
 }
 
-static int close_out(FILE *f, const char *path, const char *option) {
-  int bad = ferror(f);
-  if (f == stdout) {
-    fflush(f);
-  } else if (fclose(f) != 0) {
-    bad = 1;
-  }
-  if (bad) {
-    bench_note("%s %s: writing the file failed: %s", option, path, strerror(errno));
+static int close_out(tool_output *out, const char *option) {
+  if (tool_output_close(out) != 0) {
+    bench_note("%s %s: writing the file failed: %s", option, out->path, strerror(errno));
     return 1;
   }
   return 0;
@@ -169,8 +162,8 @@ static void jcalls(FILE *f, const bench_run *run, const bench_device *d) {
   fputs("]", f);
 }
 
-int bench_write_json(const char *path, const bench_run *run) {
-  FILE *f = open_out(path, "--json");
+int bench_write_json(tool_output *out, const bench_run *run) {
+  FILE *f = open_out(out, "--json");
   if (!f) return 1;
   const bench_options *o = &run->opt;
   fprintf(f, "{\n  \"schema_version\": %d,\n  \"tool\": \"ferry bench\",\n", TOOL_SCHEMA_VERSION);
@@ -186,9 +179,10 @@ int bench_write_json(const char *path, const bench_run *run) {
   fprintf(f, "],\n  \"seconds\": ");
   jnum(f, run->seconds);
   fprintf(f,
-          ",\n  \"failures\": %d,\n  \"units\": {\"GB/s\": \"10^9 bytes per second\", \"us\": \"microseconds per "
+          ",\n  \"failures\": %d,\n  \"partial\": %s,\n  \"units\": {\"GB/s\": \"10^9 bytes per second\", \"us\": "
+          "\"microseconds per "
           "operation\"},\n  \"paths\": [",
-          run->failures);
+          run->failures, run->interrupted ? "true" : "false");
   bool first = true;
   for (int p = 0; p < PATH_COUNT; p++) {
     if (!o->paths[p]) continue;
@@ -253,7 +247,7 @@ int bench_write_json(const char *path, const bench_run *run) {
     fprintf(f, "\n      ]}");
   }
   fprintf(f, "%s]\n}\n", run->pair_count ? "\n  " : "");
-  return close_out(f, path, "--json");
+  return close_out(out, "--json");
 }
 
 /* ---- CSV ---------------------------------------------------------------------------- */
@@ -353,8 +347,8 @@ static void crow(FILE *f, const bench_run *run, const bench_device *d, const ben
   fputc('\n', f);
 }
 
-int bench_write_csv(const char *path, const bench_run *run) {
-  FILE *f = open_out(path, "--csv");
+int bench_write_csv(tool_output *out, const bench_run *run) {
+  FILE *f = open_out(out, "--csv");
   if (!f) return 1;
   fputs("device,backend,device_name,path,size_bytes,status,unit,ferry_median,ferry_p25,ferry_p75,ferry_min,ferry_max,"
         "raw_median,raw_p25,raw_p75,raw_min,raw_max,ratio,raw_way,raw_call,raw_other_way,raw_other_median,samples,"
@@ -371,5 +365,5 @@ int bench_write_csv(const char *path, const bench_run *run) {
     for (size_t si = 0; si < run->opt.size_count; si++)
       crow(f, run, &run->devices[p->from], p, bench_pair_row(run, p, si), p->size_cap, p->cap_reason);
   }
-  return close_out(f, path, "--csv");
+  return close_out(out, "--csv");
 }

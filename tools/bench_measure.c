@@ -669,6 +669,7 @@ static void say_failure(const ctx *c, const bench_row *row, const char *sentence
 
 static void row_fail(bench_run *run, const ctx *c, bench_row *row, const char *sentence) {
   row->status = ROW_FAILED;
+  row->settled = true;
   free(row->error);
   row->error = dup_text(sentence);
   run->failures++;
@@ -684,6 +685,7 @@ static void row_raw_fail(bench_run *run, const ctx *c, bench_row *row, const cha
 
 static void row_skip(bench_row *row, const char *why) {
   row->status = ROW_SKIPPED;
+  row->settled = true;
   free(row->error);
   row->error = why ? dup_text(why) : NULL;
 }
@@ -719,6 +721,11 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
   double *sr[2] = {sf + n, sf + 2 * n};
   for (int i = 0; i < n; i++) {
     double t;
+    if (bench_interrupted()) { /* a figure of fewer samples than planned is not shown */
+      row_skip(row, BENCH_INTERRUPTED);
+      free(sf);
+      return;
+    }
     if (time_ops(fop, c, nf, &t)) {
       row_fail(run, c, row, c->err);
       free(sf);
@@ -736,6 +743,7 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
     }
   }
   row->status = ROW_OK;
+  row->settled = true;
   row->samples = n;
   row->ferry_ops = nf;
   row->ferry = summarise(sf, n);
@@ -753,6 +761,7 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
 
 /* Checks the bytes of one ferry transfer and one transfer per raw way, then measures. */
 static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify, way *ways, int nways) {
+  if (bench_interrupted()) return; /* left unsettled: bench_row_interrupted marks it */
   if (verify && verify(c)) {
     row_fail(run, c, row, c->err);
     return;
@@ -1020,11 +1029,15 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
   }
 }
 
+void bench_row_interrupted(bench_row *row) {
+  if (!row->settled) row_skip(row, BENCH_INTERRUPTED);
+}
+
 void bench_measure_device(bench_run *run, bench_device *d) {
   double t0 = bench_now();
   raw_baseline *rb = raw_open(d);
   warm_up(run, d, rb);
-  for (size_t si = 0; si < run->opt.size_count; si++) {
+  for (size_t si = 0; si < run->opt.size_count && !bench_interrupted(); si++) {
     if (run->opt.sizes[si] > d->size_cap) {
       for (int p = 0; p < PATH_DEVICE_COUNT; p++)
         row_skip(bench_device_row(run, d, (bench_path)p, si), NULL);
@@ -1084,7 +1097,7 @@ void bench_measure_pair(bench_run *run, bench_pair *p) {
   p->has_raw = nways > 0;
   char where[64];
   snprintf(where, sizeof where, "%s %zu>%zu", bench_paths[p->path].label, from->info.index, to->info.index);
-  for (size_t si = 0; si < run->opt.size_count; si++) {
+  for (size_t si = 0; si < run->opt.size_count && !bench_interrupted(); si++) {
     bench_row *row = bench_pair_row(run, p, si);
     size_t bytes = run->opt.sizes[si];
     if (bytes > p->size_cap) {

@@ -12,7 +12,8 @@
 
 void bench_usage(FILE *f) {
   fprintf(f, "usage: ferry bench [--device N|all] [--backend NAME] [--paths LIST] [--sizes 4K:1G] [--repeat N]\n"
-             "                   [--quick] [--json FILE] [--csv FILE] [--plot FILE.svg] [-q] [--no-legend]\n"
+             "                   [--quick] [--json FILE] [--csv FILE] [--plot FILE.svg] [--tables FILE]\n"
+             "                   [--summary] [-q] [--no-legend]\n"
              "       ferry bench --help   (every option, and what each row measures)\n");
 }
 
@@ -48,15 +49,21 @@ void bench_help(FILE *f) {
           "\n"
           "output:\n"
           "  --json FILE       every figure as JSON ('-': stdout, and the tables go to stderr);\n"
-          "                    docs/JSON.md describes every field\n"
+          "                    JSON.md (below) describes every field\n"
           "  --csv FILE        every figure as CSV, one line per device (or pair), path and size ('-': stdout)\n"
           "  --plot FILE.svg   an SVG chart: per device, bandwidth, time per operation and ferry/raw\n"
-          "                    against size\n"
+          "                    against size (the name must end in .svg)\n"
+          "  --tables FILE     the tables (header, a table per device, legend) into FILE, not stdout\n"
+          "  --summary         a short table on stdout instead of the full ones: per device h2d, d2h,\n"
+          "                    d2d and alloc+free, with ferry/raw ('make run' shows it, --tables FILE\n"
+          "                    keeping the full ones)\n"
           "  -q, --quiet       nothing on stdout (failures are still said on stderr)\n"
           "  --no-legend       the tables without the legend under them\n"
           "  -h, --help        this text\n"
-          "Output files are checked before anything is measured; options take their value as the\n"
-          "next argument or after '=' (--sizes=4K:1M).\n",
+          "Output files are opened before anything is measured. Options take their value as the next\n"
+          "argument or after '=' (--sizes=4K:1M); --device, --backend and --paths given twice add up,\n"
+          "the others are taken once. Ctrl-C stops the run: what was measured is written, marked\n"
+          "partial.\n",
           FACTOR_MAX, REPEAT_MAX);
   fprintf(f, "\n"
              "rows (each device, each size):\n"
@@ -70,7 +77,7 @@ void bench_help(FILE *f) {
              "  zero-copy sync     the same on a ferry_alloc_zero_copy buffer (host devices only)\n"
              "  d2d                ferry_device_to_device between two buffers of the device\n"
              "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
-             "rows between two devices (every ordered pair measured; see docs/BENCH.md for which pairs):\n"
+             "rows between two devices (every ordered pair measured; BENCH.md says which pairs):\n"
              "  peer A>B           ferry_device_to_device between two devices of one backend, against the\n"
              "                     driver's peer copy (cuMemcpyPeer)\n"
              "  cross A>B          ferry_device_to_device between devices, against the raw d2h of A into host\n"
@@ -80,16 +87,22 @@ void bench_help(FILE *f) {
              "  Host memory is touched before timing. Each figure is warmed up, then ferry and the raw\n"
              "  calls alternate, sample after sample, so that drift hits both; a sample times enough\n"
              "  back-to-back calls to last 0.2-0.5 ms (small sizes), and every figure is the median of\n"
-             "  its samples. The spread (+-) is half the interquartile range, relative to the median; the\n"
-             "  JSON and CSV give min, p25, median, p75 and max. The bytes of one ferry transfer and one\n"
-             "  raw transfer per way are checked per device, path and size. Bandwidth is in GB/s (10^9\n"
-             "  bytes/s; MB/s and KB/s below 1 GB/s); latency in microseconds, also for sizes below 64 KiB.\n"
+             "  its samples. The spread (+-) is half the interquartile range, relative to the median, shown\n"
+             "  from 5 samples on; the JSON and CSV give min, p25, median, p75 and max. The bytes of one\n"
+             "  ferry transfer and one raw transfer per way are checked per device, path and size. Each\n"
+             "  column has one unit: GB/s (10^9 bytes/s) for transfers, microseconds per operation for all.\n"
              "\n"
              "exit status: 0 every figure measured; 1 something failed, or there was nothing to measure\n"
-             "(each said in a sentence); 2 bad arguments, or an output file that cannot be written.\n"
+             "(each said in a sentence); 2 bad arguments, or an output file that cannot be written; 130\n"
+             "interrupted by Ctrl-C (143: SIGTERM), with what was measured written, marked partial.\n"
              "\n"
              "environment: FERRY_BACKENDS=opencl,native keeps only these backends; every variable ferry\n"
-             "reads is in 'ferry help env'. docs/BENCH.md explains every row and column.\n");
+             "reads is in 'ferry help env'.\n");
+  char bench[1200], json[1200];
+  fprintf(f,
+          "\ndocumentation ('man ferry' too):\n  %s: every option, row and column, and how it measures\n"
+          "  %s: every field of --json\n",
+          tool_doc_path("BENCH.md", bench, sizeof bench), tool_doc_path("JSON.md", json, sizeof json));
 }
 
 static int fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -294,14 +307,13 @@ static int parse_sizes(const char *spec, bench_options *opt, char *err, size_t e
   return 0;
 }
 
+/* --device N[,M...] or all. Given more than once, the lists add up (--device 2 --device 0
+ * measures both); "all" takes in every device whatever else is named. */
 static int parse_devices(const char *spec, bench_options *opt, char *err, size_t err_size) {
   if (strcmp(spec, "all") == 0) {
     opt->device_all = true;
-    opt->device_count = 0;
     return 0;
   }
-  opt->device_all = false;
-  opt->device_count = 0;
   const char *p = spec;
   for (;;) {
     const char *comma = strchr(p, ',');
@@ -342,9 +354,10 @@ static int parse_repeat(const char *s, bench_options *opt, char *err, size_t err
   return 0;
 }
 
-/* --paths: ids, labels, and the groups "pinned", "sync", "pairs". */
+/* --paths: ids, labels, and the groups "pinned", "sync", "pairs". The first --paths
+ * replaces the default (all); a second one adds to it. */
 static int parse_paths(const char *spec, bench_options *opt, char *err, size_t err_size) {
-  memset(opt->paths, 0, sizeof opt->paths);
+  if (!opt->paths_given) memset(opt->paths, 0, sizeof opt->paths);
   opt->paths_given = true;
   const char *p = spec;
   if (*spec == '\0') return fail(err, err_size, "--paths needs a value, for example --paths h2d,d2h");
@@ -410,14 +423,51 @@ static int parse_backends(const char *spec, bench_options *opt, char *err, size_
   return 0;
 }
 
+/* Does `name` end in `suffix`, in any case? */
+static bool ends_with(const char *name, const char *suffix) {
+  size_t n = strlen(name), k = strlen(suffix);
+  if (n < k) return false;
+  for (size_t i = 0; i < k; i++) {
+    char a = name[n - k + i], b = suffix[i];
+    if (a >= 'A' && a <= 'Z') a = (char)(a - 'A' + 'a');
+    if (a != b) return false;
+  }
+  return true;
+}
+
+/* An output file's name: given, not an option taken for a name, and for --plot an SVG. */
+static int parse_file(const char *option, const char *value, bool after_equals, char *err, size_t err_size) {
+  if (*value == '\0') return fail(err, err_size, "%s needs a file name", option);
+  /* "--json --no-legend" means the option, not a file of that name; "--json=--x" or
+   * "--json ./--x" name such a file. "-" alone is stdout. */
+  if (!after_equals && value[0] == '-' && value[1] != '\0')
+    return fail(err, err_size,
+                "%s needs a file name, and '%s' is an option; for a file of that name write %s ./%s or %s=%s", option,
+                value, option, value, option, value);
+  if (strcmp(option, "--plot") == 0) {
+    if (strcmp(value, "-") == 0) return fail(err, err_size, "--plot needs a file name (the SVG does not go to stdout)");
+    if (!ends_with(value, ".svg"))
+      return fail(err, err_size,
+                  "--plot %s: the chart is SVG, so its name must end in .svg (an SVG converts to PNG with, for "
+                  "example, rsvg-convert -o chart.png chart.svg)",
+                  value);
+  }
+  return 0;
+}
+
 int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err_size) {
   memset(opt, 0, sizeof *opt);
   for (int k = 0; k < PATH_COUNT; k++)
     opt->paths[k] = true;
   const char *sizes_spec = NULL;
-  enum { O_DEVICE, O_BACKEND, O_PATHS, O_SIZES, O_REPEAT, O_JSON, O_CSV, O_PLOT, O_VALUED };
-  static const char *const valued[O_VALUED] = {"--device", "--backend", "--paths", "--sizes",
-                                               "--repeat", "--json",    "--csv",   "--plot"};
+  enum { O_DEVICE, O_BACKEND, O_PATHS, O_SIZES, O_REPEAT, O_JSON, O_CSV, O_PLOT, O_TABLES, O_VALUED };
+  static const char *const valued[O_VALUED] = {"--device", "--backend", "--paths", "--sizes", "--repeat",
+                                               "--json",   "--csv",     "--plot",  "--tables"};
+  /* The lists (--device, --backend, --paths) add up when given twice; the others take
+   * one value, and a second one is refused rather than one of them silently dropped. */
+  static const bool once[O_VALUED] = {
+      [O_SIZES] = true, [O_REPEAT] = true, [O_JSON] = true, [O_CSV] = true, [O_PLOT] = true, [O_TABLES] = true};
+  const char *given[O_VALUED] = {NULL};
   for (int i = 0; i < argc; i++) {
     const char *arg = argv[i];
     if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
@@ -436,14 +486,20 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
       opt->no_legend = true;
       continue;
     }
+    if (strcmp(arg, "--summary") == 0) {
+      opt->summary = true;
+      continue;
+    }
     const char *value = NULL;
     int which = -1;
+    bool after_equals = false;
     for (int k = 0; k < O_VALUED && which < 0; k++) {
       size_t len = strlen(valued[k]);
       if (strncmp(arg, valued[k], len) != 0) continue;
       if (arg[len] == '=') {
         which = k;
         value = arg + len + 1;
+        after_equals = true;
       } else if (arg[len] == '\0') {
         which = k;
         if (i + 1 >= argc)
@@ -455,6 +511,10 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
       if (arg[0] == '-') return fail(err, err_size, "unknown option '%s'", arg);
       return fail(err, err_size, "unexpected argument '%s' (ferry bench takes only options)", arg);
     }
+    if (once[which] && given[which])
+      return fail(err, err_size, "%s is given twice ('%.200s' and '%.200s'); give it once", valued[which], given[which],
+                  value);
+    given[which] = value;
     int rc = 0;
     switch (which) {
     case O_DEVICE: rc = parse_devices(value, opt, err, err_size); break;
@@ -463,14 +523,11 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
     case O_SIZES: sizes_spec = value; break;
     case O_REPEAT: rc = parse_repeat(value, opt, err, err_size); break;
     default:
-      if (*value == '\0') return fail(err, err_size, "%s needs a file name", valued[which]);
+      rc = parse_file(valued[which], value, after_equals, err, err_size);
       if (which == O_JSON) opt->json_path = value;
       if (which == O_CSV) opt->csv_path = value;
-      if (which == O_PLOT) {
-        if (strcmp(value, "-") == 0)
-          return fail(err, err_size, "--plot needs a file name (the SVG does not go to stdout)");
-        opt->plot_path = value;
-      }
+      if (which == O_PLOT) opt->plot_path = value;
+      if (which == O_TABLES) opt->tables_path = value;
       break;
     }
     if (rc) return rc;
@@ -483,10 +540,10 @@ int bench_parse(int argc, char **argv, bench_options *opt, char *err, size_t err
     for (size_t s = 4096; s <= last; s *= 4)
       opt->sizes[opt->size_count++] = s;
   }
-  const char *files[3] = {opt->json_path, opt->csv_path, opt->plot_path};
-  const char *names[3] = {"--json", "--csv", "--plot"};
-  for (int a = 0; a < 3; a++)
-    for (int b = a + 1; b < 3; b++)
+  const char *files[4] = {opt->json_path, opt->csv_path, opt->plot_path, opt->tables_path};
+  const char *names[4] = {"--json", "--csv", "--plot", "--tables"};
+  for (int a = 0; a < 4; a++)
+    for (int b = a + 1; b < 4; b++)
       if (files[a] && files[b] && strcmp(files[a], files[b]) == 0)
         return fail(err, err_size, "%s and %s name the same file '%s'; give each its own", names[a], names[b],
                     files[a]);

@@ -521,8 +521,9 @@ static void row_title(FILE *f, const bench_run *run, const bench_device *d, doub
   (void)run;
 }
 
-int bench_write_svg(const char *path, const bench_run *run) {
-  FILE *f = fopen(path, "w");
+int bench_write_svg(tool_output *out, const bench_run *run) {
+  const char *path = out->path;
+  FILE *f = tool_output_begin(out);
   if (!f) {
     bench_note("--plot %s: cannot write the file: %s", path, strerror(errno));
     return 1;
@@ -536,7 +537,7 @@ int bench_write_svg(const char *path, const bench_run *run) {
   size_t max_lines = 3 * PATH_COUNT + 3 * run->pair_count + 8;
   series *lines = calloc(max_lines, sizeof *lines);
   if (!lines) {
-    fclose(f);
+    tool_output_close(out);
     bench_note("--plot %s: no memory to lay the chart out", path);
     return 1;
   }
@@ -578,9 +579,9 @@ int bench_write_svg(const char *path, const bench_run *run) {
   esc(f, run->sys.os);
   fputs(" · ", f);
   esc(f, run->sys.cpu);
-  fprintf(f, " (%ld processor%s, %s) · %s · %s run · medians of interleaved samples</text>\n", run->sys.cpus,
+  fprintf(f, " (%ld processor%s, %s) · %s · %s run%s · medians of interleaved samples</text>\n", run->sys.cpus,
           run->sys.cpus == 1 ? "" : "s", bench_size_approx(run->sys.memory, mem), run->sys.started,
-          run->opt.quick ? "quick" : "full");
+          run->opt.quick ? "quick" : "full", run->interrupted ? ", interrupted: partial" : "");
 
   double y = top;
   int clip = 0;
@@ -679,9 +680,7 @@ int bench_write_svg(const char *path, const bench_run *run) {
           x + 16, ly - 5, x + 40, ly);
   fprintf(f, "</g>\n</svg>\n");
   free(lines);
-  int bad = ferror(f);
-  if (fclose(f) != 0) bad = 1;
-  if (bad) {
+  if (tool_output_close(out) != 0) {
     bench_note("--plot %s: writing the file failed: %s", path, strerror(errno));
     return 1;
   }

@@ -10,18 +10,23 @@
 
 /* ---- numbers ------------------------------------------------------------------ */
 
-/* Three significant digits or so, never wider than 6 characters. */
+/* A plain number of three significant digits or so (never an exponent): "0.064",
+ * "2.50", "46.2", "712", "160000". Below 0.01 two significant digits: "0.0052". */
 static const char *number(double v, char buf[32]) {
-  if (v >= 99999.5)
-    snprintf(buf, 32, "%.0e", v);
-  else if (v >= 100)
+  if (v >= 99.95)
     snprintf(buf, 32, "%.0f", v);
-  else if (v >= 10)
+  else if (v >= 9.995)
     snprintf(buf, 32, "%.1f", v);
-  else if (v >= 1)
+  else if (v >= 0.9995)
     snprintf(buf, 32, "%.2f", v);
-  else
+  else if (v >= 0.00995 || v <= 0)
     snprintf(buf, 32, "%.3f", v);
+  else {
+    int decimals = 3;
+    for (double x = v; x < 0.0995 && decimals < 9; x *= 10)
+      decimals++;
+    snprintf(buf, 32, "%.*f", decimals, v);
+  }
   return buf;
 }
 
@@ -36,40 +41,25 @@ const char *bench_bandwidth_text(double gbs, char buf[32]) {
   return buf;
 }
 
-/* A time in the unit that fits: "0.064 us", "46.2 us", "25.3 ms", "1.20 s". */
-static const char *time_text(double us, char buf[32]) {
-  char n[32];
-  if (us >= 999999.5)
-    snprintf(buf, 32, "%.24s s", number(us / 1e6, n));
-  else if (us >= 9999.5)
-    snprintf(buf, 32, "%.24s ms", number(us / 1e3, n));
-  else
-    snprintf(buf, 32, "%.24s us", number(us, n));
+/* The spread needs enough samples to mean anything: with fewer than this many the
+ * quartiles are interpolated between three or four points, and the column is left
+ * blank (the JSON and CSV still have min, p25, p75 and max). */
+#define SPREAD_MIN_SAMPLES 5
+
+/* Half the interquartile range, relative to the median; "" with too few samples. */
+static const char *spread_text(const bench_stats *s, int samples, char buf[32]) {
+  buf[0] = '\0';
+  if (samples < SPREAD_MIN_SAMPLES || s->median <= 0) return buf;
+  double rel = (s->p75 - s->p25) / 2 / s->median * 100;
+  snprintf(buf, 32, rel >= 9.95 ? "%.0f%%" : "%.1f%%", rel);
   return buf;
 }
 
-static const char *figure_text(const bench_row *row, double seconds, char buf[32]) {
-  if (bench_paths[row->path].latency) return time_text(seconds * 1e6, buf);
-  return bench_bandwidth_text(bench_figure(row, seconds), buf);
-}
+/* Ratios at or above this come from rows where ferry skips what the raw call does
+ * (a sync row moves no bytes; alloc+free reuses cached memory): a note says so. */
+#define RATIO_NOTE_FROM 1000.0
 
-/* Half the interquartile range, relative to the median. */
-static const char *spread_text(const bench_stats *s, char buf[32]) {
-  double rel = s->median > 0 ? (s->p75 - s->p25) / 2 / s->median * 100 : 0;
-  if (rel >= 99.5)
-    snprintf(buf, 32, "%.0f%%", rel);
-  else
-    snprintf(buf, 32, "%.1f%%", rel);
-  return buf;
-}
-
-static const char *ratio_text(double r, char buf[32]) {
-  if (r >= 1000 || r < 0.01)
-    snprintf(buf, 32, "%.1ex", r);
-  else
-    snprintf(buf, 32, "%.2fx", r);
-  return buf;
-}
+/* ---- text ---------------------------------------------------------------------- */
 
 /* "  label  text..." with the text wrapped at WIDTH columns under itself. */
 static void wrapped(FILE *f, int indent, const char *label, int label_width, const char *text) {
@@ -146,48 +136,93 @@ void bench_print_header(FILE *f, const bench_run *run) {
 
 /* ---- a table ---------------------------------------------------------------------- */
 
+/* One unit per column, named in the header: bandwidth in GB/s (transfers only) and
+ * time per operation in microseconds (every row), each with its spread. */
+#define ROW_FORMAT "  %-14s %8s %10s %10s %9s %5s %9s %5s %9s  %s"
+
 static void table_head(FILE *f) {
-  fprintf(f, "\n  %-14s %8s %10s %5s %10s %5s %9s  %-8s %8s %8s\n", "path", "size", "ferry", "+-", "raw", "+-",
-          "ferry/raw", "raw way", "ferry us", "raw us");
+  fprintf(f, "\n" ROW_FORMAT "\n", "path", "size", "ferry GB/s", "raw GB/s", "ferry us", "+-", "raw us", "+-",
+          "ferry/raw", "raw way");
 }
 
-/* Latencies are shown for sizes below 64 KiB, where a transfer's time is mostly its cost per call. */
-#define LATENCY_BELOW ((size_t)64 << 10)
+/* What a table's rows needed said under it. */
+typedef struct table_notes {
+  int failures;     /* FAILED [n] so far */
+  bool ratio_sync;  /* a sync row's ratio at RATIO_NOTE_FROM or more */
+  bool ratio_alloc; /* an alloc+free row's */
+  bool ratio_other; /* another row's */
+  bool few_samples; /* a spread left blank */
+} table_notes;
 
-static void table_row(FILE *f, const char *label, const bench_row *row, const char *tag, int *failure_number) {
-  char size[32], fig[32], sp[32], rfig[32], rsp[32], ratio[32], fail[32], rfail[32], lf[32], lr[32];
-  const char *ferry_col = "-", *ferry_sp = "", *raw_col = "-", *raw_sp = "", *ratio_col = "-", *way = "";
-  const char *lat_f = "", *lat_r = "";
-  bool latency = !bench_paths[row->path].latency && row->bytes < LATENCY_BELOW;
+static void table_row(FILE *f, const char *label, const bench_row *row, const char *tag, table_notes *notes) {
+  char size[32], gbs[32], rgbs[32], us[32], rus[32], sp[32] = "", rsp[32] = "", ratio[32], fail[32], rfail[32];
+  const char *ferry_gbs = "", *raw_gbs = "", *ferry_us = "", *raw_us = "", *ratio_col = "-", *way = "";
+  bool bandwidth = !bench_paths[row->path].latency;
   if (row->status == ROW_FAILED) {
-    snprintf(fail, sizeof fail, "FAILED [%d]", ++*failure_number);
-    ferry_col = fail;
+    snprintf(fail, sizeof fail, "FAILED [%d]", ++notes->failures);
+    ferry_gbs = fail;
   } else {
-    ferry_col = figure_text(row, row->ferry.median, fig);
-    ferry_sp = spread_text(&row->ferry, sp);
-    if (latency) lat_f = number(row->ferry.median * 1e6, lf);
+    if (bandwidth) ferry_gbs = number(bench_figure(row, row->ferry.median), gbs);
+    ferry_us = number(row->ferry.median * 1e6, us);
+    spread_text(&row->ferry, row->samples, sp);
+    notes->few_samples = notes->few_samples || row->samples < SPREAD_MIN_SAMPLES;
   }
   if (row->raw_error) {
-    snprintf(rfail, sizeof rfail, "FAILED [%d]", ++*failure_number);
-    raw_col = rfail;
+    snprintf(rfail, sizeof rfail, "FAILED [%d]", ++notes->failures);
+    raw_gbs = rfail;
   }
   if (row->status == ROW_OK && row->raw_count > 0) {
     if (!row->raw_error) {
-      raw_col = figure_text(row, row->raw[0].t.median, rfig);
-      raw_sp = spread_text(&row->raw[0].t, rsp);
+      if (bandwidth) raw_gbs = number(bench_figure(row, row->raw[0].t.median), rgbs);
+      raw_us = number(row->raw[0].t.median * 1e6, rus);
+      spread_text(&row->raw[0].t, row->samples, rsp);
     }
     double r = bench_ratio(row);
-    if (r > 0) ratio_col = ratio_text(r, ratio);
+    if (r > 0) ratio_col = number(r, ratio);
+    if (r >= RATIO_NOTE_FROM) {
+      const bench_path_desc *p = &bench_paths[row->path];
+      if (p->sync_only)
+        notes->ratio_sync = true;
+      else if (row->path == PATH_ALLOC)
+        notes->ratio_alloc = true;
+      else
+        notes->ratio_other = true;
+    }
     way = tag;
-    if (latency) lat_r = number(row->raw[0].t.median * 1e6, lr);
   }
   char line[512];
-  snprintf(line, sizeof line, "  %-14s %8s %10s %5s %10s %5s %9s  %-8s %8s %8s", label,
-           bench_size_text(row->bytes, size), ferry_col, ferry_sp, raw_col, raw_sp, ratio_col, way, lat_f, lat_r);
+  snprintf(line, sizeof line, ROW_FORMAT, label, bench_size_text(row->bytes, size), ferry_gbs, raw_gbs, ferry_us, sp,
+           raw_us, rsp, ratio_col, way);
   size_t n = strlen(line);
   while (n > 0 && line[n - 1] == ' ') /* no blanks at the ends of lines */
     line[--n] = '\0';
   fprintf(f, "%s\n", line);
+}
+
+/* The notes a table's figures call for, under it. */
+static void table_notes_print(FILE *f, const table_notes *notes) {
+  char from[32];
+  number(RATIO_NOTE_FROM, from);
+  if (notes->ratio_sync)
+    wrapped(f, 2, "", 0,
+            "note: a sync row's ferry/raw grows with the size: ferry moves no bytes there (the array is the "
+            "buffer's memory), while the raw h2d + d2h copies them all");
+  if (notes->ratio_alloc)
+    wrapped(f, 2, "", 0,
+            "note: alloc+free's ferry/raw is large where ferry reuses memory from its cache and the driver "
+            "allocates anew");
+  if (notes->ratio_other) {
+    char line[200];
+    snprintf(line, sizeof line,
+             "note: a ferry/raw of %s or more means the raw way did far more work than ferry's; the JSON has both "
+             "times",
+             from);
+    wrapped(f, 2, "", 0, line);
+  }
+  if (notes->few_samples)
+    wrapped(f, 2, "", 0,
+            "+- is blank for figures of fewer than 5 samples (--repeat 5 or more shows it); the JSON and CSV "
+            "have every figure's min and max");
 }
 
 /* Lists the failures of rows, numbered as in the table. */
@@ -199,6 +234,10 @@ static void failures(FILE *f, const char *label, const bench_row *row, int *k) {
     fprintf(f, "    [%d] %s, %s (raw): %s\n", ++*k, label, bench_size_text(row->bytes, size), row->raw_error);
 }
 
+static bool is_interrupted(const bench_row *row) {
+  return row->status == ROW_SKIPPED && row->error && strcmp(row->error, BENCH_INTERRUPTED) == 0;
+}
+
 static void capabilities(const bench_device *d, char *buf, size_t size) {
   char mem[32], max[32];
   size_t used =
@@ -206,8 +245,9 @@ static void capabilities(const bench_device *d, char *buf, size_t size) {
                        bench_size_approx(d->info.max_allocation, max));
   if (used < size && d->has_driver && d->driver.free_memory) {
     char free_text[32];
-    used +=
-        (size_t)snprintf(buf + used, size - used, " (%s free)", bench_size_approx(d->driver.free_memory, free_text));
+    used += (size_t)snprintf(buf + used, size - used,
+                             d->driver.free_memory_from_host ? " (the host has %s free)" : " (%s free)",
+                             bench_size_approx(d->driver.free_memory, free_text));
   }
   if (used < size)
     used += (size_t)snprintf(buf + used, size - used, "; zero-copy: %s", d->info.zero_copy ? "yes" : "no");
@@ -242,8 +282,10 @@ static void way_calls(const bench_run *run, const bench_device *d, int way, char
 void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
   char caps[320], driver[700], line[1200];
   capabilities(d, caps, sizeof caps);
-  fprintf(f, "\ndevice %zu: %s, %s%s\n", d->info.index, d->info.backend, d->info.name,
-          tool_is_debugging(&d->info) ? " (a debugging device: checks, not speed)" : "");
+  snprintf(line, sizeof line, "device %zu: %s, %s%s", d->info.index, d->info.backend, d->info.name,
+           tool_is_debugging(&d->info) ? " (a debugging device: checks, not speed)" : "");
+  fputc('\n', f);
+  wrapped(f, 0, "", 0, line);
   if (d->has_driver && tool_driver_text(&d->driver, driver, sizeof driver)[0]) wrapped(f, 2, "driver:", 7, driver);
   wrapped(f, 2, "", 0, caps);
   if (d->raw)
@@ -253,7 +295,7 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     fprintf(f, "  raw baseline: none (%s); raw columns show -\n", d->raw_note);
 
   table_head(f);
-  int failure_number = 0;
+  table_notes notes = {0};
   for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
     if (!run->opt.paths[p]) continue;
     bool first = true;
@@ -261,10 +303,11 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
       const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
       if (row->status == ROW_SKIPPED) continue;
       const char *tag = bench_row_raw_tag(d, NULL, row, 0);
-      table_row(f, first ? bench_paths[p].label : "", row, tag ? tag : "", &failure_number);
+      table_row(f, first ? bench_paths[p].label : "", row, tag ? tag : "", &notes);
       first = false;
     }
   }
+  table_notes_print(f, &notes);
 
   /* What the raw ways call. */
   if (d->raw) {
@@ -289,6 +332,7 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     snprintf(line, sizeof line, "sizes above %s not measured: %s", bench_size_approx(d->size_cap, cap), d->cap_reason);
     wrapped(f, 2, "", 0, line);
   }
+  size_t interrupted = 0; /* rows an interruption left unmeasured: one line for all of them */
   for (int p = 0; p < PATH_DEVICE_COUNT; p++) {
     if (!run->opt.paths[p]) continue;
     const char *reason = NULL;
@@ -296,6 +340,10 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     for (size_t si = 0; si < run->opt.size_count; si++) {
       const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
       if (run->opt.sizes[si] > d->size_cap) continue;
+      if (is_interrupted(row)) {
+        interrupted++;
+        continue;
+      }
       measured++;
       if (row->status == ROW_SKIPPED && row->error) {
         if (!reason || strcmp(reason, row->error) == 0) {
@@ -314,7 +362,7 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
       for (size_t si = 0; si < run->opt.size_count; si++) {
         const bench_row *row = bench_device_row(run, d, (bench_path)p, si);
         char size[32];
-        if (run->opt.sizes[si] <= d->size_cap && row->status == ROW_SKIPPED && row->error) {
+        if (run->opt.sizes[si] <= d->size_cap && row->status == ROW_SKIPPED && row->error && !is_interrupted(row)) {
           snprintf(line, sizeof line, "%s, %s: not measured, %s", bench_paths[p].label,
                    bench_size_text(row->bytes, size), row->error);
           wrapped(f, 2, "", 0, line);
@@ -323,7 +371,11 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
     }
   }
 
-  if (failure_number) {
+  if (interrupted) {
+    char n[64];
+    fprintf(f, "  interrupted: %s of this device not measured\n", bench_plural((long)interrupted, "row", "rows", n));
+  }
+  if (notes.failures) {
     fprintf(f, "  failures:\n");
     int k = 0;
     for (int p = 0; p < PATH_DEVICE_COUNT; p++)
@@ -336,7 +388,7 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
 void bench_print_pairs(FILE *f, const bench_run *run) {
   fprintf(f, "\nbetween devices: ferry_device_to_device from a buffer of device A into one of device B (A>B)\n");
   table_head(f);
-  int failure_number = 0;
+  table_notes notes = {0};
   for (size_t i = 0; i < run->pair_count; i++) {
     const bench_pair *p = &run->pairs[i];
     char label[48];
@@ -346,10 +398,11 @@ void bench_print_pairs(FILE *f, const bench_run *run) {
       const bench_row *row = bench_pair_row(run, p, si);
       if (row->status == ROW_SKIPPED) continue;
       const char *tag = bench_row_raw_tag(NULL, p, row, 0);
-      table_row(f, first ? label : "", row, tag ? tag : "", &failure_number);
+      table_row(f, first ? label : "", row, tag ? tag : "", &notes);
       first = false;
     }
   }
+  table_notes_print(f, &notes);
   char line[1024];
   for (size_t i = 0; i < run->pair_count; i++) {
     const bench_pair *p = &run->pairs[i];
@@ -372,7 +425,7 @@ void bench_print_pairs(FILE *f, const bench_run *run) {
     strcat(label, ":");
     wrapped(f, 2, label, 14, line);
   }
-  if (failure_number) {
+  if (notes.failures) {
     fprintf(f, "  failures:\n");
     int k = 0;
     for (size_t i = 0; i < run->pair_count; i++) {
@@ -391,17 +444,118 @@ void bench_print_legend(FILE *f, const bench_run *run) {
     if (run->opt.paths[p] && (p < PATH_DEVICE_COUNT || run->pair_count))
       wrapped(f, 2, bench_paths[p].label, 14, bench_paths[p].meaning);
   fprintf(f, "columns:\n");
-  wrapped(f, 2, "ferry, raw", 14,
-          "the median over the samples: GB/s (10^9 bytes/s; MB/s and KB/s below 1 GB/s) for transfers, time per "
-          "operation for alloc+free and the sync rows; raw is what a program without ferry does, on the same "
-          "buffers");
-  wrapped(f, 2, "+-", 14, "half the interquartile range (p75 - p25) / 2, relative to the median");
+  wrapped(f, 2, "GB/s", 14,
+          "the median bandwidth over the samples, in 10^9 bytes per second, of ferry and of raw, what a program "
+          "without ferry does on the same buffers (transfers only)");
+  wrapped(f, 2, "us", 14,
+          "the median time per operation, in microseconds: per transfer, per alloc+free, per h2d + d2h pair on "
+          "the sync rows");
+  wrapped(f, 2, "+-", 14,
+          "half the interquartile range (p75 - p25) / 2 of the time, relative to the median; blank for fewer "
+          "than 5 samples");
   wrapped(f, 2, "ferry/raw", 14,
           "raw time / ferry time (for transfers: ferry GB/s / raw GB/s): above 1, ferry is faster");
   wrapped(f, 2, "raw way", 14,
           "which raw way the figure is: where a device has two (OpenCL's enqueue and map, Vulkan's staging and "
           "mapped memory on CPU devices), both are measured and the faster is shown");
-  wrapped(f, 2, "us columns", 14, "ferry's and raw's microseconds per transfer, for sizes below 64 KiB");
+}
+
+/* ---- the summary (--summary) ------------------------------------------------------ */
+
+/* The row of a path at the largest (or the smallest) size where it was measured. */
+static const bench_row *summary_row(const bench_run *run, const bench_device *d, bench_path p, bool largest) {
+  const bench_row *found = NULL;
+  for (size_t si = 0; si < run->opt.size_count && run->opt.paths[p]; si++) {
+    const bench_row *row = bench_device_row(run, d, p, si);
+    if (row->status == ROW_OK && (largest || !found)) found = row;
+  }
+  return found;
+}
+
+/* "9.17 (1.02)": ferry's figure, and ferry/raw where there is a raw figure. */
+static const char *summary_cell(const bench_row *row, char buf[48]) {
+  char fig[32], ratio[32];
+  if (!row) return "-";
+  bool latency = bench_paths[row->path].latency;
+  number(latency ? row->ferry.median * 1e6 : bench_figure(row, row->ferry.median), fig);
+  double r = bench_ratio(row);
+  if (r > 0)
+    snprintf(buf, 48, "%s (%s)", fig, number(r, ratio));
+  else
+    snprintf(buf, 48, "%s", fig);
+  return buf;
+}
+
+void bench_print_summary(FILE *f, const bench_run *run, const char *tables) {
+  static const struct {
+    bench_path path;
+    bool largest;
+    const char *head;
+  } cols[] = {{PATH_H2D, true, "h2d GB/s"},
+              {PATH_D2H, true, "d2h GB/s"},
+              {PATH_D2D, true, "d2d GB/s"},
+              {PATH_ALLOC, false, "alloc+free us"}};
+  enum { NCOLS = sizeof cols / sizeof cols[0] };
+  fprintf(f, "\nsummary: ferry's median (ferry/raw: above 1, ferry is faster); copies at each device's largest\n"
+             "size measured, alloc+free at its smallest\n");
+  fprintf(f, "\n  %-3s %-20s %8s", "#", "device", "size");
+  for (int k = 0; k < NCOLS; k++)
+    fprintf(f, k + 1 < NCOLS ? "  %-14s" : "  %s\n", cols[k].head);
+  for (size_t i = 0; i < run->device_count; i++) {
+    const bench_device *d = &run->devices[i];
+    const bench_row *rows[NCOLS];
+    size_t bytes = 0;
+    for (int k = 0; k < NCOLS; k++) {
+      rows[k] = summary_row(run, d, cols[k].path, cols[k].largest);
+      if (cols[k].largest && rows[k] && rows[k]->bytes > bytes) bytes = rows[k]->bytes;
+    }
+    /* The copies at one size: a column measured only at smaller sizes shows "-". */
+    for (int k = 0; k < NCOLS; k++)
+      if (cols[k].largest && rows[k] && rows[k]->bytes != bytes) rows[k] = NULL;
+    char name[64], size[32], line[256];
+    snprintf(name, sizeof name, "%s, %s", d->info.backend, d->info.name);
+    if (strlen(name) > 20) snprintf(name + 17, sizeof name - 17, "...");
+    int used = snprintf(line, sizeof line, "  %-3zu %-20s %8s", d->info.index, name,
+                        bytes ? bench_size_text(bytes, size) : "-");
+    for (int k = 0; k < NCOLS && used > 0 && (size_t)used < sizeof line; k++) {
+      char cell[48];
+      used += snprintf(line + used, sizeof line - (size_t)used, "  %-14s", summary_cell(rows[k], cell));
+    }
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == ' ')
+      line[--n] = '\0';
+    fprintf(f, "%s\n", line);
+  }
+  if (run->pair_count) {
+    /* Each pair at its largest size measured; the size said once where they agree. */
+    const bench_row *best[BENCH_MAX_DEVICES];
+    size_t n = run->pair_count < BENCH_MAX_DEVICES ? run->pair_count : BENCH_MAX_DEVICES, common = 0;
+    bool same = true;
+    for (size_t i = 0; i < n; i++) {
+      best[i] = NULL;
+      for (size_t si = 0; si < run->opt.size_count; si++)
+        if (bench_pair_row(run, &run->pairs[i], si)->status == ROW_OK)
+          best[i] = bench_pair_row(run, &run->pairs[i], si);
+      if (best[i] && !common) common = best[i]->bytes;
+      same = same && (!best[i] || best[i]->bytes == common);
+    }
+    char text[4096], size[32];
+    size_t used = (size_t)snprintf(text, sizeof text, "between devices%s%s, GB/s (ferry/raw):", same ? " at " : "",
+                                   same ? bench_size_text(common, size) : "");
+    for (size_t i = 0; i < n && used < sizeof text; i++) {
+      char label[48], cell[48];
+      bench_pair_label(run, &run->pairs[i], label);
+      used += (size_t)snprintf(text + used, sizeof text - used, "%s %s %s", i ? ";" : "", label,
+                               summary_cell(best[i], cell));
+      if (best[i] && !same && used < sizeof text)
+        used += (size_t)snprintf(text + used, sizeof text - used, " at %s", bench_size_text(best[i]->bytes, size));
+    }
+    wrapped(f, 2, "", 0, text);
+  }
+  if (tables)
+    fprintf(f, "\nthe full tables (every path and size, the raw calls, the legend): %s\n", tables);
+  else
+    fprintf(f, "\nthe full tables: the same command without --summary\n");
 }
 
 /* ---- progress bar and notes ------------------------------------------------------ */

@@ -10,6 +10,7 @@
 #include "tool.h"
 
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,10 +65,44 @@ static void help_env(FILE *f) {
     fprintf(f, "      now: %s (%s)\n", s.value && *s.value ? s.value : "unset", s.source);
   }
   if (n == 0) fprintf(f, "  (this build of the library lists none)\n");
-  fprintf(f, "\nRead by the tests (not by the library):\n"
-             "  FERRY_REQUIRE_BACKENDS=a,b\n"
-             "      the tests fail instead of skipping when these backends have no device\n"
-             "\nRead by the drivers' loaders, and often what decides which devices 'ferry info' lists:\n"
+  /* Every other variable the project reads, by who reads it (tests/help_env/check.sh
+   * finds each one the sources read and fails when one is missing here). */
+  static const struct {
+    const char *name, *what;
+  } tests[] = {
+      {"FERRY_REQUIRE_BACKENDS=a,b", "fail instead of skipping when these backends have no device (make test)"},
+      {"FERRY_REQUIRE_PYTHON=1", "fail instead of skipping the Python tests when no Python can build and test "
+                                 "the package"},
+      {"FERRY_REQUIRE_OCAML=1", "fail instead of skipping the OCaml tests when dune or ocamlfind is missing"},
+      {"FERRY_PYTHON=path", "the interpreter the Python tests use first (else python3, then /usr/bin/python3)"},
+      {"FERRY_TEST_CASE_TIMEOUT=seconds", "the time limit of one conformance case (default 300)"},
+      {"FERRY_TEST_ITERATIONS=n", "rounds of the thread and shutdown-race tests"},
+      {"FERRY_TEST_NO_FAULT=1", "leave out the CUDA kernel test's faulting kernel"},
+      {"FERRY_FUZZ_TRACE=1", "the call fuzzer prints the call sequence of each input"},
+      {"FERRY_TOOL=path", "the ferry command the command-line test runs"},
+      {"FERRY_OCAML_TEST_BACKEND=name", "the backend an OCaml test run is about (skipped without a device of it)"},
+      {"FERRY_OCAML_TEST_BIG_MIB=n", "the size of the OCaml test's large transfers (default 256)"},
+      {"FERRY_OCAML_TEST_THREADS_SERIAL=1", "the OCaml test's thread case runs its threads one after another"},
+      {"FERRY_OCAML_RUNNER=command", "what runs the OCaml test program (valgrind ...)"},
+  };
+  static const struct {
+    const char *name, *what;
+  } builds[] = {
+      {"FERRY_LIBRARY=path", "the Python package's build: a libferry.a to link instead of building one"},
+      {"FERRY_INCLUDE_DIR=dir", "the OCaml binding's build: the folder of ferry.h (else pkg-config)"},
+      {"FERRY_LIB_DIR=dir", "the OCaml binding's build: the folder of libferry (else pkg-config)"},
+  };
+  fprintf(f, "\nRead by the tests (not by the library):\n");
+  for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+    fprintf(f, "  %s\n", tests[i].name);
+    wrap(f, 6, "", tests[i].what);
+  }
+  fprintf(f, "\nRead by the bindings' builds (bindings/python, bindings/ocaml):\n");
+  for (size_t i = 0; i < sizeof builds / sizeof builds[0]; i++) {
+    fprintf(f, "  %s\n", builds[i].name);
+    wrap(f, 6, "", builds[i].what);
+  }
+  fprintf(f, "\nRead by the drivers' loaders, and often what decides which devices 'ferry info' lists:\n"
              "  OCL_ICD_VENDORS=DIR                  the OpenCL ICD files (*.icd) to load\n"
              "  VK_DRIVER_FILES=FILE[:FILE]          the Vulkan driver manifests to load (VK_ICD_FILENAMES before\n"
              "                                       Vulkan loader 1.3.207)\n"
@@ -92,10 +127,13 @@ static void info_help(FILE *f) {
              "\n"
              "options:\n"
              "  -v, --verbose     each device in full: its driver and driver version, API version, PCI address\n"
-             "                    and UUID where the driver gives them, free memory, host-pointer alignment;\n"
-             "                    and every ferry setting in effect, with where it comes from\n"
+             "                    and UUID where the driver gives them, free memory (a CPU device's driver\n"
+             "                    that says none: the host's, marked so), compute units, clock, largest work\n"
+             "                    group and local memory (OpenCL), memory heaps, memory types and queue\n"
+             "                    families (Vulkan), host-pointer alignment; and every ferry setting in\n"
+             "                    effect, with where it comes from\n"
              "  --json [FILE]     everything as JSON (with the driver facts and settings too), to FILE or,\n"
-             "                    without one or with '-', to stdout; docs/JSON.md describes every field\n"
+             "                    without one or with '-', to stdout; JSON.md (below) describes every field\n"
              "  -h, --help        this text\n"
              "\n"
              "columns:\n"
@@ -114,6 +152,9 @@ static void info_help(FILE *f) {
              "\n"
              "environment: FERRY_BACKENDS=opencl,native keeps only these backends, in this order; 'ferry help\n"
              "env' lists every variable. A backend without devices says why (no driver, no device, left out).\n");
+  char json[1200];
+  fprintf(f, "\ndocumentation ('man ferry' too):\n  %s: every field of --json\n",
+          tool_doc_path("JSON.md", json, sizeof json));
 }
 
 static int info_parse(int argc, char **argv, info_options *o) {
@@ -205,37 +246,114 @@ static const char *human(uint64_t bytes, char buf[32]) {
   return buf;
 }
 
+/* "  label           text", the text wrapped at 100 columns under itself. */
+static void detail(const char *label, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void detail(const char *label, const char *fmt, ...) {
+  char text[2048];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  int col = printf("  %-15s", label);
+  for (const char *p = text; *p;) {
+    size_t len = strcspn(p, " ");
+    /* A number and its unit ("8.0 GiB") stay on one line. */
+    const char *next = p + len + strspn(p + len, " ");
+    size_t unit = strcspn(next, " ,;)");
+    bool glued =
+        *next && (unit == 1 || unit == 3) && (strncmp(next, "B", unit) == 0 || strncmp(next + 1, "iB", 2) == 0);
+    int want = (int)len + (glued ? 1 + (int)strcspn(next, " ") : 0);
+    if (col > 17 && col + 1 + want > 100) col = printf("\n%17s", "");
+    col += printf(" %.*s", (int)len, p);
+    p += len;
+    p += strspn(p, " ");
+  }
+  putchar('\n');
+}
+
+/* "device-local, host-visible" */
+static const char *flag_text(uint32_t flags, const tool_flag_name *names, size_t count, char *buf, size_t size) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < count; i++)
+    if ((flags & names[i].bit) && used < size)
+      used += (size_t)snprintf(buf + used, size - used, "%s%s", used ? ", " : "", names[i].name);
+  if (!used) snprintf(buf, size, "none");
+  return buf;
+}
+
 static void info_details(const ferry_device_info *info, ferry_device *d) {
   ferry_driver_info drv;
   bool has = ferry_device_driver_info(d, &drv) == FERRY_OK;
   char a[32], b[32], c[32];
-  printf("\ndevice %zu: %s, %s%s\n", info->index, info->backend, info->name,
-         tool_is_debugging(info) ? " (a debugging device)" : "");
+  char title[600];
+  snprintf(title, sizeof title, "device %zu: %s, %s%s", info->index, info->backend, info->name,
+           tool_is_debugging(info) ? " (a debugging device)" : "");
+  printf("\n");
+  wrap(stdout, 0, "", title);
   if (!has) {
-    printf("  driver          (the driver said nothing: %s)\n", ferry_last_error());
+    detail("driver", "(the driver said nothing: %s)", ferry_last_error());
   } else {
-    printf("  driver          %s%s%s\n", drv.driver[0] ? drv.driver : "-", drv.driver_version[0] ? " " : "",
-           drv.driver_version);
-    printf("  API             %s\n", drv.api_version[0] ? drv.api_version : "-");
-    printf("  PCI address     %s\n", drv.pci_bus_id[0] ? drv.pci_bus_id : "- (the driver does not say)");
-    printf("  UUID            %s\n", drv.uuid[0] ? drv.uuid : "- (the driver does not say)");
+    detail("driver", "%s%s%s", drv.driver[0] ? drv.driver : "-", drv.driver_version[0] ? " " : "", drv.driver_version);
+    detail("API", "%s", drv.api_version[0] ? drv.api_version : "-");
+    detail("PCI address", "%s", drv.pci_bus_id[0] ? drv.pci_bus_id : "- (the driver does not say)");
+    detail("UUID", "%s", drv.uuid[0] ? drv.uuid : "- (the driver does not say)");
   }
-  printf("  memory          %s", human(info->total_memory, a));
-  if (has && drv.free_memory)
-    printf(", %s free", human(drv.free_memory, b));
+  char free_text[128];
+  if (has && drv.free_memory && drv.free_memory_from_host)
+    snprintf(free_text, sizeof free_text, "the host has %s free (the driver says nothing of its own)",
+             human(drv.free_memory, b));
+  else if (has && drv.free_memory)
+    snprintf(free_text, sizeof free_text, "%s free", human(drv.free_memory, b));
   else
-    printf(", free memory unknown");
-  printf("; buffers up to %s\n", human(info->max_allocation, c));
-  printf("  type            %s%s\n", device_type(info),
+    snprintf(free_text, sizeof free_text, "free memory unknown");
+  detail("memory", "%s, %s; buffers up to %s", human(info->total_memory, a), free_text, human(info->max_allocation, c));
+  if (has && (drv.compute_units || drv.clock_mhz || drv.max_work_group_size || drv.local_memory)) {
+    char text[400] = "";
+    size_t used = 0;
+#define ADD(...)                                                                                                       \
+  do {                                                                                                                 \
+    if (used < sizeof text) used += (size_t)snprintf(text + used, sizeof text - used, __VA_ARGS__);                    \
+  } while (0)
+    if (drv.compute_units) ADD("%" PRIu32 " compute unit%s", drv.compute_units, drv.compute_units == 1 ? "" : "s");
+    if (drv.clock_mhz) ADD("%s%" PRIu32 " MHz", used ? ", " : "", drv.clock_mhz);
+    if (drv.max_work_group_size) ADD("%swork groups up to %" PRIu64, used ? "; " : "", drv.max_work_group_size);
+    if (drv.local_memory)
+      ADD("%s%s of local memory%s", used ? "; " : "", human(drv.local_memory, a),
+          drv.local_memory_type == 1   ? " (its own)"
+          : drv.local_memory_type == 2 ? " (carved from global memory)"
+                                       : "");
+#undef ADD
+    detail("compute", "%s", text);
+  }
+  for (uint32_t i = 0; has && i < drv.heap_count; i++) {
+    char label[24], flags[200];
+    snprintf(label, sizeof label, "heap %" PRIu32, i);
+    detail(label, "%s, %s", human(drv.heaps[i].size, a),
+           flag_text(drv.heaps[i].flags, tool_heap_flags, 2, flags, sizeof flags));
+  }
+  for (uint32_t i = 0; has && i < drv.memory_type_count; i++) {
+    char label[24], flags[300];
+    snprintf(label, sizeof label, "memory type %" PRIu32, i);
+    detail(label, "heap %" PRIu32 ": %s", drv.memory_types[i].heap,
+           flag_text(drv.memory_types[i].flags, tool_memory_flags, 8, flags, sizeof flags));
+  }
+  for (uint32_t i = 0; has && i < drv.queue_family_count; i++) {
+    char label[24], flags[300];
+    snprintf(label, sizeof label, "queue family %" PRIu32, i);
+    detail(label, "%" PRIu32 " queue%s: %s", drv.queue_families[i].count, drv.queue_families[i].count == 1 ? "" : "s",
+           flag_text(drv.queue_families[i].flags, tool_queue_flags, 7, flags, sizeof flags));
+  }
+  detail("type", "%s%s", device_type(info),
          tool_is_debugging(info)
              ? ": guard bytes, poison and quarantine catch a program's own out-of-bounds and after-free writes"
              : "");
-  printf("  zero-copy       %s\n", info->zero_copy ? "yes: the device's memory is host memory" : "no");
+  detail("zero-copy", "%s", info->zero_copy ? "yes: the device's memory is host memory" : "no");
   if (info->host_ptr)
-    printf("  host-ptr        yes: arrays aligned to %zu byte%s, lengths a multiple of it\n", info->host_ptr_alignment,
+    detail("host-ptr", "yes: arrays aligned to %zu byte%s, lengths a multiple of it", info->host_ptr_alignment,
            info->host_ptr_alignment == 1 ? "" : "s");
   else
-    printf("  host-ptr        no\n");
+    detail("host-ptr", "no");
 }
 
 static void info_settings(void) {
@@ -253,10 +371,13 @@ static int info_text(const tool_system *sys, bool verbose) {
   size_t n = ferry_device_count();
   char version[128], mem[32];
   printf("%s: %zu device%s\n", tool_version_text(version), n, n == 1 ? "" : "s");
-  printf("on %s, %s (%ld processor%s, %s of memory)\n", sys->os, sys->cpu, sys->cpus, sys->cpus == 1 ? "" : "s",
-         human(sys->memory, mem));
+  /* The kernel's release and the processor's name can be long: the line wraps at 100 columns. */
+  char host[600];
+  snprintf(host, sizeof host, "on %s, %s (%ld processor%s, %s of memory)", sys->os, sys->cpu, sys->cpus,
+           sys->cpus == 1 ? "" : "s", human(sys->memory, mem));
+  wrap(stdout, 0, "", host);
   /* Fixed columns, and the name as wide as the widest that still fits 100 columns. */
-  const int fixed = 2 + 3 + 1 + 8 + 1 + 2 + 9 + 2 + 10 + 2 + 5 + 2 + 9 + 2 + 11;
+  const int fixed = 2 + 3 + 1 + 8 + 1 + 2 + 9 + 2 + 10 + 2 + 5 + 2 + 9 + 2 + 13; /* host-ptr: "yes (65536 B)" */
   int name_w = 4;
   bool debugging = false;
   for (size_t i = 0; i < n; i++) {
@@ -266,7 +387,7 @@ static int info_text(const tool_system *sys, bool verbose) {
     if ((int)strlen(info.name) > name_w) name_w = (int)strlen(info.name);
     debugging = debugging || tool_is_debugging(&info);
   }
-  if (name_w > 100 - fixed && !verbose) name_w = 100 - fixed;
+  if (name_w > 100 - fixed) name_w = 100 - fixed;
   bool cut = false;
   printf("\n  %-3s %-8s %-*s  %9s  %10s  %-5s  %-9s  %s\n", "#", "backend", name_w, "name", "memory", "max buffer",
          "type", "zero-copy", "host-ptr");
@@ -291,7 +412,7 @@ static int info_text(const tool_system *sys, bool verbose) {
            human(info.total_memory, a), human(info.max_allocation, b), device_type(&info),
            info.zero_copy ? "yes" : "no", align);
   }
-  if (cut) printf("  (long names are cut; 'ferry info --verbose' shows them whole)\n");
+  if (cut && !verbose) printf("  (long names are cut; 'ferry info --verbose' shows them whole)\n");
   if (debugging)
     printf("  debug: the checked backend, for finding a program's memory bugs, not for speed; 'ferry bench'\n"
            "  leaves it out unless --device or --backend names it\n");
@@ -304,8 +425,12 @@ static int info_text(const tool_system *sys, bool verbose) {
     else if (b.device_count)
       printf("  %-8s %zu devices (%zu..%zu)\n", b.name, b.device_count, b.first_device,
              b.first_device + b.device_count - 1);
-    else
-      printf("  %-8s skipped: %s\n", b.name, b.status);
+    else {
+      char lead[40], line[1200];
+      snprintf(lead, sizeof lead, "%-8s", b.name);
+      snprintf(line, sizeof line, "skipped: %s", b.status);
+      wrap(stdout, 2, lead, line); /* a loader's sentence can be long */
+    }
   }
   if (verbose) {
     for (size_t i = 0; i < n; i++) {
@@ -322,30 +447,27 @@ static int info_main(int argc, char **argv) {
   info_options o;
   int rc = info_parse(argc, argv, &o);
   if (rc >= 0) return rc;
-  bool to_file = o.json && o.json_path && strcmp(o.json_path, "-") != 0;
+  /* The JSON's file is opened before anything else: a bad path fails at once. */
+  tool_output out = {0};
+  const char *json_path = o.json_path ? o.json_path : "-";
   char why[1200];
-  if (to_file && tool_check_output(o.json_path, why, sizeof why) != 0) {
-    fprintf(stderr, "ferry info: --json %s: %s\n", o.json_path, why);
+  if (o.json && tool_output_open(&out, json_path, why, sizeof why) != 0) {
+    fprintf(stderr, "ferry info: --json %s: %s\n", json_path, why);
     return 2;
   }
   ferry_status st = ferry_init();
   if (st != FERRY_OK) {
     fprintf(stderr, "ferry info: ferry could not start: %s (%s)\n", ferry_last_error(), ferry_status_name(st));
+    tool_output_abandon(&out);
     return 1;
   }
   tool_system sys;
   tool_system_describe(&sys);
   if (o.json) {
-    FILE *f = to_file ? fopen(o.json_path, "w") : stdout;
-    if (!f) {
-      fprintf(stderr, "ferry info: --json %s: cannot write the file\n", o.json_path);
-      rc = 1;
-    } else {
-      rc = info_json(f, &sys);
-      if (ferror(f)) rc = 1;
-      if (to_file && fclose(f) != 0) rc = 1;
-      if (rc) fprintf(stderr, "ferry info: --json %s: writing the JSON failed\n", to_file ? o.json_path : "-");
-    }
+    FILE *f = tool_output_begin(&out);
+    rc = f ? info_json(f, &sys) : 1;
+    if (tool_output_close(&out) != 0) rc = 1;
+    if (rc) fprintf(stderr, "ferry info: --json %s: writing the JSON failed\n", json_path);
   } else {
     rc = info_text(&sys, o.verbose);
   }
@@ -362,20 +484,29 @@ int main(int argc, char **argv) {
   if (strcmp(cmd, "info") == 0) return info_main(argc - 2, argv + 2);
   if (strcmp(cmd, "bench") == 0) return ferry_bench_main(argc - 2, argv + 2);
   if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0) {
+    if (argc > 2) {
+      fprintf(stderr, "ferry %s: unexpected argument '%s' (it takes none)\n", cmd, argv[2]);
+      return 2;
+    }
     char version[128];
     printf("%s\n", tool_version_text(version));
     return 0;
   }
   if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-    if (argc >= 3 && strcmp(argv[2], "env") == 0) {
+    if (argc > 3) {
+      fprintf(stderr, "ferry help: unexpected argument '%s' (ferry help takes at most one topic: env, info, bench)\n",
+              argv[3]);
+      return 2;
+    }
+    if (argc == 3 && strcmp(argv[2], "env") == 0) {
       help_env(stdout);
       return 0;
     }
-    if (argc >= 3 && (strcmp(argv[2], "info") == 0 || strcmp(argv[2], "bench") == 0)) {
+    if (argc == 3 && (strcmp(argv[2], "info") == 0 || strcmp(argv[2], "bench") == 0)) {
       char *help[] = {"--help", NULL};
       return strcmp(argv[2], "info") == 0 ? info_main(1, help) : ferry_bench_main(1, help);
     }
-    if (argc >= 3) {
+    if (argc == 3) {
       fprintf(stderr, "ferry help: no help on '%s'; try 'ferry help', 'ferry help env', 'ferry help bench'\n", argv[2]);
       return 2;
     }

@@ -26,6 +26,35 @@ static void string_or_null(FILE *f, const char *s) { tool_json_string(f, s && *s
 
 static const char *yes(bool b) { return b ? "true" : "false"; }
 
+/* "name": value, or null when the driver gave 0. `name` may start with ", \"". */
+static void number_or_null(FILE *f, const char *name, uint64_t v) {
+  fprintf(f, "%s%s\": ", name[0] == ',' ? "" : "\"", name);
+  if (v)
+    fprintf(f, "%" PRIu64, v);
+  else
+    fputs("null", f);
+}
+
+const tool_flag_name tool_heap_flags[] = {{1, "device-local"}, {2, "multi-instance"}};
+const tool_flag_name tool_memory_flags[] = {{1, "device-local"},     {2, "host-visible"},      {4, "host-coherent"},
+                                            {8, "host-cached"},      {16, "lazily-allocated"}, {32, "protected"},
+                                            {64, "device-coherent"}, {128, "device-uncached"}};
+const tool_flag_name tool_queue_flags[] = {{1, "graphics"},       {2, "compute"},    {4, "transfer"},
+                                           {8, "sparse-binding"}, {16, "protected"}, {32, "video-decode"},
+                                           {64, "video-encode"}};
+
+/* The flags' names as a JSON array: ["device-local", "host-visible"]. */
+static void flag_names(FILE *f, uint32_t flags, const tool_flag_name *names, size_t count) {
+  fputc('[', f);
+  bool first = true;
+  for (size_t i = 0; i < count; i++)
+    if (flags & names[i].bit) {
+      fprintf(f, "%s\"%s\"", first ? "" : ", ", names[i].name);
+      first = false;
+    }
+  fputc(']', f);
+}
+
 void tool_json_device_fields(FILE *f, const ferry_device_info *in, const ferry_driver_info *d, bool has_driver,
                              int indent) {
   int w = indent;
@@ -55,9 +84,39 @@ void tool_json_device_fields(FILE *f, const ferry_device_info *in, const ferry_d
   string_or_null(f, d->uuid);
   fputs(", \"free_memory\": ", f);
   if (d->free_memory)
-    fprintf(f, "%" PRIu64 "}", d->free_memory);
+    fprintf(f, "%" PRIu64 ", \"free_memory_source\": \"%s\"", d->free_memory,
+            d->free_memory_from_host ? "host" : "driver");
   else
-    fputs("null}", f);
+    fputs("null, \"free_memory_source\": null", f);
+  fprintf(f, ",\n%*s  ", w, "");
+  number_or_null(f, "compute_units", d->compute_units);
+  number_or_null(f, ", \"clock_mhz", d->clock_mhz);
+  number_or_null(f, ", \"max_work_group_size", d->max_work_group_size);
+  number_or_null(f, ", \"local_memory", d->local_memory);
+  fputs(", \"local_memory_type\": ", f);
+  fputs(d->local_memory_type == 1 ? "\"local\"" : d->local_memory_type == 2 ? "\"global\"" : "null", f);
+  fprintf(f, ",\n%*s  \"heaps\": [", w, "");
+  for (uint32_t i = 0; i < d->heap_count; i++) {
+    fprintf(f, "%s{\"size\": %" PRIu64 ", \"flags\": %" PRIu32 ", \"names\": ", i ? ", " : "", d->heaps[i].size,
+            d->heaps[i].flags);
+    flag_names(f, d->heaps[i].flags, tool_heap_flags, sizeof tool_heap_flags / sizeof tool_heap_flags[0]);
+    fputc('}', f);
+  }
+  fprintf(f, "],\n%*s  \"memory_types\": [", w, "");
+  for (uint32_t i = 0; i < d->memory_type_count; i++) {
+    fprintf(f, "%s{\"flags\": %" PRIu32 ", \"heap\": %" PRIu32 ", \"names\": ", i ? ", " : "", d->memory_types[i].flags,
+            d->memory_types[i].heap);
+    flag_names(f, d->memory_types[i].flags, tool_memory_flags, sizeof tool_memory_flags / sizeof tool_memory_flags[0]);
+    fputc('}', f);
+  }
+  fprintf(f, "],\n%*s  \"queue_families\": [", w, "");
+  for (uint32_t i = 0; i < d->queue_family_count; i++) {
+    fprintf(f, "%s{\"flags\": %" PRIu32 ", \"count\": %" PRIu32 ", \"names\": ", i ? ", " : "",
+            d->queue_families[i].flags, d->queue_families[i].count);
+    flag_names(f, d->queue_families[i].flags, tool_queue_flags, sizeof tool_queue_flags / sizeof tool_queue_flags[0]);
+    fputc('}', f);
+  }
+  fputs("]}", f);
 }
 
 void tool_json_context(FILE *f, const tool_system *sys, int indent) {

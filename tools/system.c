@@ -1,5 +1,6 @@
 /* What a run of the `ferry` command ran on: the host, ferry's version and git
- * revision, the driver of a device in a few words; and the check of output files. */
+ * revision, the driver of a device in a few words; and its output files, opened
+ * before any work. */
 #include "ferry_git_revision.h"
 #include "tool.h"
 
@@ -67,6 +68,31 @@ const char *tool_version_text(char buf[128]) {
   return buf;
 }
 
+const char *tool_doc_path(const char *name, char *buf, size_t size) {
+  char exe[2048];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  struct stat st;
+  if (n > 0) {
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (slash) {
+      *slash = '\0';
+      /* <prefix>/bin/../share/doc/ferry: said without the "bin/..". */
+      const char *to_doc = FERRY_BIN_TO_DOC, *below = &to_doc[3];
+      char *up = strrchr(exe, '/');
+      if (strncmp(to_doc, "../", 3) == 0 && up && strchr(below, '.') == NULL)
+        snprintf(buf, size, "%.*s/%s/%s", (int)(up - exe), exe, below, name);
+      else
+        snprintf(buf, size, "%s/%s/%s", exe, to_doc, name);
+      if (stat(buf, &st) == 0) return buf;
+    }
+  }
+  snprintf(buf, size, "%s/%s", FERRY_SOURCE_DOCS, name);
+  if (stat(buf, &st) == 0) return buf;
+  snprintf(buf, size, "%s/%s under ferry's installation prefix", FERRY_DOC_DIR, name);
+  return buf;
+}
+
 bool tool_is_debugging(const ferry_device_info *info) { return strcmp(info->backend, "checked") == 0; }
 
 const char *tool_driver_text(const ferry_driver_info *d, char *buf, size_t size) {
@@ -83,41 +109,92 @@ const char *tool_driver_text(const ferry_driver_info *d, char *buf, size_t size)
   return buf;
 }
 
-int tool_check_output(const char *path, char *why, size_t why_size) {
-  if (strcmp(path, "-") == 0) return 0;
-  struct stat st;
-  if (stat(path, &st) == 0) {
-    if (S_ISDIR(st.st_mode)) {
-      snprintf(why, why_size, "'%s' is a folder; give a file name", path);
-      return -1;
-    }
-    int fd = open(path, O_WRONLY); /* no O_TRUNC: the file stays as it is until the results are written */
-    if (fd < 0) {
-      snprintf(why, why_size, "cannot write '%s': %s", path, strerror(errno));
-      return -1;
-    }
-    close(fd);
+/* "the folder 'a/b' does not exist" for a path "a/b/c.json". */
+static void missing_folder(const char *path, char *why, size_t why_size) {
+  char folder[1024];
+  snprintf(folder, sizeof folder, "%s", path);
+  char *slash = strrchr(folder, '/');
+  if (slash == folder)
+    slash[1] = '\0';
+  else if (slash)
+    *slash = '\0';
+  else
+    snprintf(folder, sizeof folder, ".");
+  snprintf(why, why_size, "cannot create '%s': the folder '%s' does not exist", path, folder);
+}
+
+int tool_output_open(tool_output *out, const char *path, char *why, size_t why_size) {
+  memset(out, 0, sizeof *out);
+  out->path = path;
+  if (strcmp(path, "-") == 0) {
+    out->file = stdout;
     return 0;
   }
-  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
-  if (fd < 0) {
-    int e = errno;
-    char folder[1024];
-    snprintf(folder, sizeof folder, "%s", path);
-    char *slash = strrchr(folder, '/');
-    if (slash == folder)
-      slash[1] = '\0';
-    else if (slash)
-      *slash = '\0';
-    else
-      snprintf(folder, sizeof folder, ".");
-    if (e == ENOENT || e == ENOTDIR)
-      snprintf(why, why_size, "cannot create '%s': the folder '%s' does not exist", path, folder);
-    else
-      snprintf(why, why_size, "cannot create '%s': %s", path, strerror(e));
+  struct stat st;
+  if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+    snprintf(why, why_size, "'%s' is a folder; give a file name", path);
     return -1;
   }
-  close(fd);
-  unlink(path); /* the check leaves nothing behind; the file is written when the results are in */
+  /* No O_TRUNC: an existing file stays as it is until the results are written. */
+  int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0666);
+  if (fd >= 0) {
+    out->created = true;
+  } else if (errno == EEXIST) {
+    fd = open(path, O_WRONLY);
+  }
+  if (fd < 0) {
+    int e = errno;
+    if (e == ENOENT || e == ENOTDIR)
+      missing_folder(path, why, why_size);
+    else
+      snprintf(why, why_size, "cannot write '%s': %s", path, strerror(e));
+    return -1;
+  }
+  /* Opening is not writing: /proc/version opens for root and refuses every write, even
+   * an empty one, which a regular file, a pipe or a terminal takes. */
+  if (write(fd, "", 0) < 0) {
+    snprintf(why, why_size, "cannot write '%s': %s", path, strerror(errno));
+    close(fd);
+    if (out->created) unlink(path);
+    return -1;
+  }
+  out->regular = fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  out->file = fdopen(fd, "w");
+  if (!out->file) {
+    snprintf(why, why_size, "cannot write '%s': %s", path, strerror(errno));
+    close(fd);
+    if (out->created) unlink(path);
+    return -1;
+  }
   return 0;
+}
+
+FILE *tool_output_begin(tool_output *out) {
+  if (!out->file) return NULL;
+  if (out->regular && out->file != stdout) {
+    fflush(out->file);
+    if (ftruncate(fileno(out->file), 0) != 0) return NULL;
+    rewind(out->file);
+  }
+  out->created = false; /* written: kept */
+  return out->file;
+}
+
+int tool_output_close(tool_output *out) {
+  if (!out->file) return 0;
+  int bad = ferror(out->file);
+  if (out->file == stdout) {
+    if (fflush(stdout) != 0) bad = 1;
+  } else if (fclose(out->file) != 0) {
+    bad = 1;
+  }
+  out->file = NULL;
+  return bad ? -1 : 0;
+}
+
+void tool_output_abandon(tool_output *out) {
+  if (!out->file) return;
+  if (out->file != stdout) fclose(out->file);
+  out->file = NULL;
+  if (out->created) unlink(out->path);
 }

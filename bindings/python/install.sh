@@ -1,23 +1,37 @@
 #!/bin/sh
 # `make install`'s Python step: installs the ferry package (built from the
-# repository's sources, see setup.py) into the site-packages folder that
-# $PYTHON searches under PREFIX (Debian: PREFIX/lib/python3.X/dist-packages),
-# below DESTDIR when that is set. pip runs without network and without build
-# isolation (the system's setuptools builds it).
-#   usage: install.sh PREFIX      (env: PYTHON, default python3; DESTDIR)
-# Without a Python that can build it (headers, setuptools, pip), says so and
-# installs nothing, unless FERRY_REQUIRE_PYTHON=1, which makes that an error.
+# repository's sources, see setup.py) for one Python: $PYTHON, default the first
+# python3 on PATH (make install PYTHON=/usr/bin/python3 picks Debian's). It goes
+# into the site-packages folder that this Python searches under PREFIX (Debian:
+# PREFIX/lib/python3.X/dist-packages), below DESTDIR when that is set; when this
+# Python does not search any folder of PREFIX, the package goes to
+# PREFIX/lib/python3.X/site-packages (dist-packages on Debian) and the last line
+# says the PYTHONPATH that finds it. pip runs without network and without build isolation (that Python's
+# setuptools builds it).
+#   usage: install.sh PREFIX      (env: PYTHON, DESTDIR; FERRY_LIBRARY as setup.py)
+# Without what the build needs (Python's headers, setuptools, wheel, pip, NumPy),
+# says what that Python lacks and how to get it or choose another, and installs
+# nothing, unless FERRY_REQUIRE_PYTHON=1, which makes that an error.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 prefix=${1:-/usr/local}
 python=${PYTHON:-python3}
 . "$here/tests/find_python.sh"
-missing=$(ferry_python_missing "$python" setuptools pip numpy)
-if [ -n "$missing" ]; then
-  echo "install: the Python package is not installed: $python lacks $missing" \
-    "(Debian: apt-get install python3-dev python3-setuptools python3-pip python3-numpy; or PYTHON=...)"
+skip() {
+  echo "install: the Python package is not installed: $1"
   [ "${FERRY_REQUIRE_PYTHON:-0}" = 1 ] && exit 1
   exit 0
+}
+resolved=$(command -v "$python" 2>/dev/null) || skip "there is no $python (choose one: make install PYTHON=/usr/bin/python3)"
+which="$python ($resolved, Python $("$python" -c 'import sys; print(sys.version.split()[0])' 2>/dev/null || echo '?'))"
+missing=$(ferry_python_missing "$python" setuptools bdist_wheel pip numpy)
+if [ -n "$missing" ]; then
+  if ferry_python_is_debians "$python"; then
+    skip "$which lacks $missing (Debian: apt-get install $FERRY_PYTHON_DEBIAN_PACKAGES)"
+  fi
+  skip "$which lacks $missing. It is not Debian's Python (a venv, pyenv or conda one?): install those into it \
+with its own tools, or choose Debian's, which has them from apt-get install $FERRY_PYTHON_DEBIAN_PACKAGES: \
+make install PYTHON=/usr/bin/python3"
 fi
 # The folder of PREFIX that the interpreter searches (Debian's site module also
 # lists PREFIX/local/... and lib/python3/...); else PREFIX/lib/python3.X/...
@@ -30,4 +44,7 @@ PY
 PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
   "$python" -m pip install -q --no-build-isolation --no-deps --upgrade --target "${DESTDIR:-}$site" "$here"
 rm -rf "$here/build" "$here"/*.egg-info
-echo "install: the ferry Python package is in ${DESTDIR:-}$site (for $python)"
+echo "install: the ferry Python package is in ${DESTDIR:-}$site, for $which"
+if ! "$python" -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$site"; then
+  echo "install: $python does not search $site; with PYTHONPATH=$site it finds the package"
+fi

@@ -77,8 +77,41 @@ typedef enum ferry_dma_dir {
   FERRY_DMA_TO_HOST,   /* device memory -> pinned host memory */
 } ferry_dma_dir;
 
-/* A copy in flight: the backend's own value (an event, a fence, an index),
- * waited for exactly once by dma_wait. */
+/*
+ * Asynchronous work: lanes, tickets and gates.
+ *
+ * A lane is one of the backend's ordered native queues (a CUDA stream, an
+ * in-order OpenCL command queue, a chain of Vulkan submissions, a Metal command
+ * queue). Work pushed on one lane runs in the order pushed; work on different
+ * lanes is unordered unless a lane_wait or a gate orders it. Each ferry queue
+ * has a lane of its own, and every device has two more for the synchronous
+ * calls (one per direction); the core makes them with lane_create. A device
+ * without lane_create has no lanes: the core passes NULL for every lane, and
+ * each *_start operation does its work before it returns (ticket 0).
+ *
+ * A ticket stands for work pushed on a lane: it completes when that work and
+ * everything pushed on the lane before it has completed. Operations that push
+ * work return one in *out when out is not NULL (NULL: none wanted; the work is
+ * still pushed). Ticket 0 means "complete already": it is never queried,
+ * waited for or released. Every other ticket is released exactly once, with
+ * ticket_release, after ticket_wait or ticket_query said it completed (or
+ * failed); ticket_wait and ticket_query may be called any number of times
+ * before that, from any thread.
+ *
+ * A gate is a counter that the host raises and that work pushed on lanes
+ * waits for: after gate_push(lane, g, v), later work on the lane starts only
+ * once gate_raise(g, w) was called with w >= v. The core never makes a lane
+ * wait for anything but host progress and work pushed before (so no lane
+ * waits for work pushed after it: no deadlock, however the driver maps lanes
+ * onto hardware queues). The values the core raises a gate to only grow; a
+ * gate starts at 0 and is destroyed once every value pushed on it was raised
+ * and the lanes have passed the waits (their later tickets completed).
+ *
+ * A device that has lanes but no gates (gate_create NULL) gets its work pushed
+ * by the core's queue thread as it becomes ready, instead of at submission.
+ */
+typedef struct ferry_lane ferry_lane; /* the backend's own */
+typedef struct ferry_gate ferry_gate; /* the backend's own */
 typedef uint64_t ferry_ticket;
 
 /*
@@ -86,28 +119,43 @@ typedef uint64_t ferry_ticket;
  * sentence (ferry__fail) naming the driver call, its code and dev->label, and
  * returns a status; a failed operation leaves nothing allocated. Byte ranges are
  * in bounds of the allocation and bytes > 0 unless said otherwise. Operations
- * may be called from several threads at once.
+ * may be called from several threads at once, also on one lane (a device's
+ * synchronous lanes are shared by every thread's synchronous calls).
  */
 typedef struct ferry_device_ops {
-  /* Required. */
+  /* ---- required -------------------------------------------------------- */
   ferry_status (*alloc)(ferry_device *dev, size_t bytes, ferry_mem *out); /* bytes > 0 */
   ferry_status (*free)(ferry_device *dev, ferry_mem *mem);                /* not for HOST_PTR or ZERO_COPY mem */
-  /* Copy within the device. When src == dst the ranges may overlap only if the
-   * device has FERRY_CAP_OVERLAP_COPY; otherwise the core goes through a temporary. */
-  ferry_status (*copy)(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff, size_t bytes);
+  /* Copy within the device, pushed on `lane`. When src == dst the ranges may
+   * overlap only if the device has FERRY_CAP_OVERLAP_COPY; otherwise the core
+   * goes through a temporary. */
+  ferry_status (*copy_start)(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                             size_t doff, size_t bytes, ferry_ticket *out);
 
-  /* Optional (NULL: not offered). */
+  /* ---- optional (NULL: not offered) ------------------------------------- */
 
   /* The driver's own synchronous transfer between any host memory (pageable,
-   * or inside the allocation's own array) and device memory, complete on
-   * return. The core never calls them for memory with ferry_mem.host (it
-   * copies that itself). FERRY_ERROR_UNSUPPORTED without a message: the
-   * backend cannot move this range directly (no driver call for it, or the
-   * host range lies inside the allocation's own array); the core then stages
-   * it through pinned memory. A device needs these or dma_start and dma_wait,
-   * unless every allocation of it has ferry_mem.host (zero_copy devices). */
-  ferry_status (*write)(ferry_device *dev, ferry_mem *dst, size_t dst_offset, const void *src, size_t bytes);
-  ferry_status (*read)(ferry_device *dev, const ferry_mem *src, size_t src_offset, void *dst, size_t bytes);
+   * or inside the allocation's own array) and device memory, on `lane` (after
+   * the work pushed on it before), complete on return. The core never calls
+   * them for memory with ferry_mem.host (it copies that itself).
+   * FERRY_ERROR_UNSUPPORTED without a message: the backend cannot move this
+   * range directly (no driver call for it, or the host range lies inside the
+   * allocation's own array); the core then stages it through pinned memory. A
+   * device needs these or dma_start, unless every allocation of it has
+   * ferry_mem.host (zero_copy devices). */
+  ferry_status (*write)(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t dst_offset, const void *src,
+                        size_t bytes);
+  ferry_status (*read)(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t src_offset, void *dst,
+                       size_t bytes);
+  /* The same from pageable memory, pushed on the lane and returning at once
+   * (OpenCL's non-blocking writes and reads): the driver reads or writes the
+   * host bytes at any time until the ticket completes. Only where the driver
+   * itself does this without blocking the caller; FERRY_ERROR_UNSUPPORTED
+   * without a message for a range it cannot take (the core stages it). */
+  ferry_status (*write_start)(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t dst_offset, const void *src,
+                              size_t bytes, ferry_ticket *out);
+  ferry_status (*read_start)(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t src_offset, void *dst,
+                             size_t bytes, ferry_ticket *out);
 
   /* Pinned host memory for this device's DMA: pin_alloc allocates `bytes`
    * (any alignment; the core aligns its blocks), pin_register makes a block
@@ -122,28 +170,70 @@ typedef struct ferry_device_ops {
    * memory)? The core asks once per large transfer from memory it does not
    * know, and then moves it as pinned, with token 0. */
   bool (*host_pinned)(ferry_device *dev, const void *ptr, size_t bytes);
-  /* Starts a copy between pinned host memory and [mem_offset, mem_offset +
-   * bytes) of mem and returns at once with a ticket; the host must not touch
-   * the pinned range until dma_wait returned. Every ticket is waited for
-   * exactly once. Both are safe to call from several threads at once. */
-  ferry_status (*dma_start)(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
+  /* A copy between pinned host memory and [mem_offset, mem_offset + bytes) of
+   * mem, pushed on `lane`; the host must not touch the pinned range until the
+   * ticket completed (or, without a ticket, a later one of the lane did). */
+  ferry_status (*dma_start)(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
                             const ferry_pinned *host, size_t bytes, ferry_ticket *out);
-  ferry_status (*dma_wait)(ferry_device *dev, ferry_ticket ticket);
-
-  /* Copy between two devices of this backend; FERRY_ERROR_UNSUPPORTED (without a
+  /* Sets [offset, offset + bytes) of mem to a repeated pattern of 1, 2 or 4
+   * bytes, pushed on `lane`: the pattern is the first pattern_size bytes of
+   * `pattern` as it lies in memory (copy them out with memcpy); offset and
+   * bytes are multiples of pattern_size. Required of devices with lanes, for
+   * every range; on devices without, FERRY_ERROR_UNSUPPORTED without a message
+   * lets the core write the pattern itself. */
+  ferry_status (*fill_start)(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, size_t bytes,
+                             uint32_t pattern, unsigned pattern_size, ferry_ticket *out);
+  /* Copy between two devices of this backend, pushed on `lane`, a lane of
+   * lane_dev (which is src_dev or dst_dev); FERRY_ERROR_UNSUPPORTED (without a
    * message) lets the core stage the copy through host memory. */
-  ferry_status (*copy_peer)(ferry_device *src_dev, const ferry_mem *src, size_t src_offset, ferry_device *dst_dev,
-                            ferry_mem *dst, size_t dst_offset, size_t bytes);
+  ferry_status (*peer_start)(ferry_device *lane_dev, ferry_lane *lane, ferry_device *src_dev, const ferry_mem *src,
+                             size_t src_offset, ferry_device *dst_dev, ferry_mem *dst, size_t dst_offset, size_t bytes,
+                             ferry_ticket *out);
+
+  /* Lanes (see above). lane_destroy is called once every ticket of the lane
+   * was released and its work has completed. */
+  ferry_status (*lane_create)(ferry_device *dev, ferry_lane **out);
+  void (*lane_destroy)(ferry_device *dev, ferry_lane *lane);
+  /* What ferry_queue_native reports: .queue (the CUstream, cl_command_queue,
+   * VkQueue, id<MTLCommandQueue>) and .queue_family; .device and .context as
+   * ferry_device_native. */
+  ferry_status (*lane_native)(ferry_device *dev, ferry_lane *lane, ferry_native *out);
+  /* A ticket for everything pushed on the lane so far; with `timing`, one that
+   * ticket_elapsed can measure from the device's clock. */
+  ferry_status (*marker)(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);
+  /* Makes later work on `lane` wait, on the device, for `ticket` of device
+   * `ticket_dev` (which may be another device). FERRY_ERROR_UNSUPPORTED
+   * without a message where the driver cannot (the core then waits on the
+   * host and opens a gate). */
+  ferry_status (*lane_wait)(ferry_device *dev, ferry_lane *lane, ferry_device *ticket_dev, ferry_ticket ticket);
+  /* Gates (see above). */
+  ferry_status (*gate_create)(ferry_device *dev, ferry_gate **out);
+  ferry_status (*gate_push)(ferry_device *dev, ferry_lane *lane, ferry_gate *gate, uint64_t value);
+  ferry_status (*gate_raise)(ferry_device *dev, ferry_gate *gate, uint64_t value);
+  void (*gate_destroy)(ferry_device *dev, ferry_gate *gate);
+  /* Tickets (see above). ticket_query: FERRY_OK when complete, FERRY_NOT_READY
+   * (without a message) while not, else the failure of the work, with the
+   * driver's words. */
+  ferry_status (*ticket_query)(ferry_device *dev, ferry_ticket ticket);
+  ferry_status (*ticket_wait)(ferry_device *dev, ferry_ticket ticket);
+  void (*ticket_release)(ferry_device *dev, ferry_ticket ticket);
+  /* Milliseconds from `start` to `stop`, two completed timing markers of this
+   * device, from its own clock. FERRY_ERROR_UNSUPPORTED without a message: the
+   * core uses the host's clock. */
+  ferry_status (*ticket_elapsed)(ferry_device *dev, ferry_ticket start, ferry_ticket stop, double *out_ms);
+
   /* A buffer over the user's array (the core already checked alignment against
    * host_ptr_alignment, the length, and overlap with other host-ptr buffers). On
    * success the host owns the array. On refusal: FERRY_ERROR_REFUSED and a reason. */
   ferry_status (*host_ptr_import)(ferry_device *dev, void *host, size_t bytes, ferry_mem *out,
                                   ferry_refusal *out_refusal);
-  /* Hand a HOST_PTR allocation to the device or back to the host (no data copy). */
+  /* Hand a HOST_PTR allocation to the device or back to the host (no data copy),
+   * complete on return; the core calls it once the work before it completed. */
   ferry_status (*host_ptr_sync)(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir);
   /* Release a HOST_PTR allocation (the array is the user's and stays). */
   ferry_status (*host_ptr_release)(ferry_device *dev, ferry_mem *mem);
-  /* Wait for all queued work (default: nothing to wait for). */
+  /* Wait for all work on the device, the program's own included (cuCtxSynchronize;
+   * default: nothing to wait for). */
   ferry_status (*synchronize)(ferry_device *dev);
   /* Vendor handles (default: zeros). */
   ferry_status (*native)(const ferry_device *dev, ferry_native *out);
@@ -284,6 +374,24 @@ struct ferry_device {
 ferry_status ferry__fail(ferry_status status, const char *fmt, ...) FERRY_PRINTF(2, 3);
 ferry_status ferry__failv(ferry_status status, const char *fmt, va_list ap);
 
+/* A first-failure section: between ferry__first_failure_begin and _end, only
+ * the first failure writes the thread's sentence; later ones (a cleanup call
+ * that fails too) return their status and leave it. With `failed` true the
+ * caller's own failure (or, for a try that may fail quietly, its sentence) is
+ * the one kept from the start. Sections nest. */
+typedef struct ferry_error_scope {
+  bool active, failed, wrote;
+} ferry_error_scope;
+ferry_error_scope ferry__first_failure_begin(bool failed);
+void ferry__first_failure_end(ferry_error_scope outer);
+
+/* Sets the thread's sentence aside, and puts it back: around work whose own
+ * failures are read and dealt with (a backend that is absent at probe, a
+ * smaller staging ring tried after a larger one) while the caller's sentence
+ * must stay. Pushes and pops pair up, four deep. */
+void ferry__error_push(void);
+void ferry__error_pop(void);
+
 /* The thread's current error sentence, for backends that prefix or extend it. */
 const char *ferry__error_text(void);
 
@@ -305,6 +413,11 @@ static inline void ferry__host_move(void *dst, const void *src, size_t n) {
   else
     ferry__parallel_memcpy(dst, src, n);
 }
+
+/* Copies n bytes (at most 512) from addr into out without faulting where there
+ * is no readable memory: false then. For handles from the program that a driver
+ * would dereference (safe_read.c). */
+bool ferry__read_safely(const void *addr, void *out, size_t n);
 
 /* Bytes of physical memory on the host (UINT64_MAX if unknown). */
 uint64_t ferry__host_ram(void);

@@ -42,7 +42,13 @@ static ferry_status array_bytes(const char *fn, ferry_array a, size_t *out) {
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array kind %d is not a ferry_kind", fn, (int)a.kind);
   if (!a.data && a.length > 0)
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: host array data is NULL but its length is %zu", fn, a.length);
-  return byte_count(fn, a.length, ferry_kind_size(a.kind), ferry_kind_name(a.kind), out);
+  ferry_status st = byte_count(fn, a.length, ferry_kind_size(a.kind), ferry_kind_name(a.kind), out);
+  if (st != FERRY_OK) return st;
+  /* One past the last byte must be an address too (else it wraps to 0). */
+  if (*out > UINTPTR_MAX - (uintptr_t)a.data)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: host array at %p: its %zu bytes run past the end of the address space", fn, a.data, *out);
+  return FERRY_OK;
 }
 
 static ferry_status too_big(const char *fn, ferry_device *dev, size_t bytes) {
@@ -248,11 +254,11 @@ ferry_status ferry__alloc_host_ptr_in(ferry_device *device, ferry_array host, fe
   mem.flags |= FERRY_MEM_HOST_PTR;
   st = wrap_array(fn, device, host, bytes, &mem, out_buffer);
   if (st != FERRY_OK) {
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    ferry_error_scope cleanup = ferry__first_failure_begin(true);
     device->ops->host_ptr_release(device, &mem);
     ferry__host_ranges_unclaim(host.data);
-    return ferry__fail(st, "%s: %s", fn, saved);
+    ferry__first_failure_end(cleanup);
+    return ferry__fail(st, "%s: %s", fn, ferry__error_text());
   }
   if (out_refusal) *out_refusal = FERRY_REFUSAL_NONE;
   return FERRY_OK;

@@ -231,7 +231,7 @@ typedef struct dl_export {
 static _Atomic size_t live_exports;
 
 static void export_release(dl_export *e) {
-  ferry__release_held(e->buffer, e->session);
+  ferry__release_held(e->buffer);
   atomic_fetch_sub_explicit(&live_exports, 1, memory_order_relaxed);
   free(e);
 }
@@ -262,7 +262,7 @@ static ferry_status export_tensor(const char *fn, ferry_buffer buffer, bool vers
   if (st == FERRY_OK && !(e = malloc(sizeof *e)))
     st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a DLPack tensor", fn);
   if (st != FERRY_OK) {
-    ferry__release_held(buffer, session);
+    ferry__release_held(buffer);
     ferry__leave();
     return st;
   }
@@ -318,10 +318,23 @@ typedef enum import_how {
 
 /* What a FERRY_MEM_FOREIGN slot's `foreign` points to. */
 typedef struct dl_import {
+  ferry_callback deleter_call; /* first: the producer's deleter, run where ferry holds no lock */
   import_how how;
   bool versioned;
   void *tensor; /* the managed tensor, whose deleter runs when the memory goes */
 } dl_import;
+
+static void run_deleter(ferry_callback *cb) {
+  dl_import *imp = (dl_import *)cb;
+  if (imp->versioned) {
+    ferry_dl_managed_tensor_versioned *t = imp->tensor;
+    if (t->deleter) t->deleter(t);
+  } else {
+    ferry_dl_managed_tensor *t = imp->tensor;
+    if (t->deleter) t->deleter(t);
+  }
+  free(imp);
+}
 
 ferry_status ferry__foreign_release(ferry_slot *slot) {
   dl_import *imp = slot->foreign;
@@ -333,15 +346,10 @@ ferry_status ferry__foreign_release(ferry_slot *slot) {
   } else if (imp->how == IMPORT_DEVICE && dev->ops->foreign_release) {
     dev->ops->foreign_release(dev, &slot->mem);
   }
-  /* The producer's deleter, exactly once: the slot's memory is released once. */
-  if (imp->versioned) {
-    ferry_dl_managed_tensor_versioned *t = imp->tensor;
-    if (t->deleter) t->deleter(t);
-  } else {
-    ferry_dl_managed_tensor *t = imp->tensor;
-    if (t->deleter) t->deleter(t);
-  }
-  free(imp);
+  /* The producer's deleter, exactly once (the slot's memory is released once),
+   * once this thread is out of ferry: it is the program's code, and may call
+   * ferry or wait for threads that do (callbacks.c). */
+  ferry__callback_defer(&imp->deleter_call, run_deleter);
   return st;
 }
 
@@ -432,6 +440,13 @@ static ferry_status check_address(const import_plan *p, ferry_refusal *out_refus
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: %s: data %p + byte_offset %llu wraps around", p->fn, p->what,
                        t->data, (unsigned long long)t->byte_offset);
   uintptr_t start = base + (uintptr_t)t->byte_offset;
+  /* One past the last byte must be an address too (else it wraps to 0). */
+  if (p->bytes > UINTPTR_MAX - start)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: %s: its %zu bytes from 0x%llx (data %p + byte_offset %llu) run past the end of the address "
+                       "space",
+                       p->fn, p->what, p->bytes, (unsigned long long)start, t->data,
+                       (unsigned long long)t->byte_offset);
   size_t align = scalar_alignment(t->dtype);
   if (p->bytes > 0 && align > 1 && start % align)
     return refuse(out_refusal, FERRY_REFUSAL_MISALIGNED,

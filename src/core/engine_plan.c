@@ -36,7 +36,8 @@
 #include <stdio.h>
 
 #define SMALL       ((size_t)64 << 10)  /* below: the driver's call */
-#define MEASURE_MIN ((size_t)2 << 20)   /* the first transfer this large measures the device */
+#define MEASURE_MIN ((size_t)2 << 20)   /* the first transfers this large measure the device */
+#define ROUNDS      3                   /* of which the best figures are kept */
 #define PIECE_MIN   ((size_t)256 << 10) /* below, the copy threads gain little */
 #define RING_PIECES 4                   /* a piece is at most a quarter of the ring */
 #define RING_BYTES  ((size_t)64 << 20)  /* engine.c's ring */
@@ -83,6 +84,10 @@ static size_t best_piece(const struct ferry_engine *e, const ferry_figures *f, s
   return best;
 }
 
+bool ferry__engine_wants_round(struct ferry_engine *e, ferry_dma_dir dir) {
+  return atomic_load_explicit(&e->rounds[dir], memory_order_relaxed) < ROUNDS;
+}
+
 ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t n) {
   struct ferry_engine *e = &dev->state->engine;
   ferry_plan plan = {.direct = true, .measure = false, .piece = default_piece(e, n)};
@@ -93,7 +98,8 @@ ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t n) {
     return plan;
   }
   bool measured = atomic_load_explicit(&e->measured[dir], memory_order_acquire);
-  const ferry_figures *f = &e->figures[dir];
+  ferry_figures figures = ferry__engine_figures(dev, dir); /* a copy: another round may rewrite them */
+  const ferry_figures *f = &figures;
   double staged_time = 0;
   if (e->min_set) {
     plan.direct = e->min_override == 0 || n < e->min_override;
@@ -111,6 +117,7 @@ ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t n) {
     plan.direct = !plan.measure;
     return plan;
   }
+  plan.measure = n >= MEASURE_MIN && ferry__engine_wants_round(e, dir);
   size_t piece = best_piece(e, f, n, &staged_time);
   if (!e->piece_override) plan.piece = piece;
   plan.direct = f->direct_rate > 0 && (double)n / f->direct_rate <= staged_time;
@@ -137,7 +144,8 @@ static int plan_text(ferry_device *dev, ferry_dma_dir dir, size_t n, char *buf, 
 }
 
 void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir) {
-  const ferry_figures *f = &dev->state->engine.figures[dir];
+  ferry_figures figures = ferry__engine_figures(dev, dir);
+  const ferry_figures *f = &figures;
   char plans[1024];
   size_t used = 0;
   const size_t sizes[] = {(size_t)256 << 10, (size_t)1 << 20,  (size_t)4 << 20,

@@ -26,6 +26,9 @@ const char *ferry_status_name(ferry_status s) {
   case FERRY_ERROR_OUT_OF_MEMORY: return "FERRY_ERROR_OUT_OF_MEMORY";
   case FERRY_ERROR_NO_DEVICE: return "FERRY_ERROR_NO_DEVICE";
   case FERRY_ERROR_BACKEND: return "FERRY_ERROR_BACKEND";
+  case FERRY_NOT_READY: return "FERRY_NOT_READY";
+  case FERRY_ERROR_STALE_HANDLE: return "FERRY_ERROR_STALE_HANDLE";
+  case FERRY_ERROR_CANCELLED: return "FERRY_ERROR_CANCELLED";
   }
   return "FERRY_STATUS_UNKNOWN";
 }
@@ -51,7 +54,48 @@ const char *ferry_refusal_name(ferry_refusal r) {
 
 static _Thread_local char error_text[1024] = "no error";
 
+/* The thread's first-failure section (ferry__first_failure_begin): while
+ * `failed`, a failure writes no sentence; `wrote`: one was written inside. */
+static _Thread_local struct { bool active, failed, wrote; } section;
+
+ferry_error_scope ferry__first_failure_begin(bool failed) {
+  ferry_error_scope outer = {.active = section.active, .failed = section.failed, .wrote = section.wrote};
+  section.active = true;
+  section.failed = failed;
+  section.wrote = false;
+  return outer;
+}
+
+void ferry__first_failure_end(ferry_error_scope outer) {
+  bool wrote = section.wrote;
+  section.active = outer.active;
+  section.failed = outer.failed || wrote;
+  section.wrote = outer.wrote || wrote;
+}
+
+/* Sentences set aside by ferry__error_push, restored by ferry__error_pop. */
+enum { SAVED_DEPTH = 4 };
+static _Thread_local struct {
+  char text[SAVED_DEPTH][sizeof error_text];
+  unsigned depth; /* pushes so far; beyond SAVED_DEPTH they keep nothing */
+} saved;
+
+void ferry__error_push(void) {
+  if (saved.depth < SAVED_DEPTH) memcpy(saved.text[saved.depth], error_text, sizeof error_text);
+  saved.depth++;
+}
+
+void ferry__error_pop(void) {
+  if (saved.depth == 0) return;
+  saved.depth--;
+  if (saved.depth < SAVED_DEPTH) memcpy(error_text, saved.text[saved.depth], sizeof error_text);
+}
+
 ferry_status ferry__failv(ferry_status status, const char *fmt, va_list ap) {
+  if (section.active) {
+    if (section.failed) return status; /* an earlier failure's sentence stands */
+    if (status != FERRY_OK) section.failed = section.wrote = true;
+  }
   /* Format into a scratch buffer first: fmt's arguments may point into error_text
    * (a backend extending the previous sentence). */
   char scratch[sizeof error_text];

@@ -178,6 +178,10 @@ void ferry__release(ferry_slot *slot) {
     if (slot_finish(slot, slot->index) != FERRY_OK)
       fprintf(stderr, "ferry: releasing a freed buffer's memory failed: %s\n", ferry_last_error());
     atomic_fetch_sub_explicit(&releases_pending, 1, memory_order_release);
+    /* A transfer's last reference (outside the gate): the released memory's
+     * deleter runs here, after the shutdown that may wait for this release was
+     * told (callbacks.c). */
+    ferry__callbacks_run_if_outside();
   }
 }
 
@@ -209,7 +213,14 @@ uint64_t ferry__handles_session(void) { return atomic_load_explicit(&session_ser
 ferry_status ferry__hold(ferry_buffer b, const char *fn, ferry_slot **out_slot, uint64_t *out_session) {
   ferry_status st = ferry__acquire(b, fn, out_slot);
   if (st != FERRY_OK) return st;
-  atomic_fetch_add_explicit(&(*out_slot)->holds, 1, memory_order_relaxed);
+  /* The count of this generation's holds, one more (a tag of an earlier
+   * generation has none left: its slot could not be reused before they went). */
+  uint32_t gen = (uint32_t)(b.id >> 32);
+  _Atomic uint64_t *holds = &(*out_slot)->holds;
+  uint64_t h = atomic_load_explicit(holds, memory_order_relaxed), next;
+  do {
+    next = (state_gen(h) == gen ? h : (uint64_t)gen << 32) + 1;
+  } while (!atomic_compare_exchange_weak_explicit(holds, &h, next, memory_order_relaxed, memory_order_relaxed));
   *out_session = ferry__handles_session();
   return FERRY_OK;
 }
@@ -225,10 +236,19 @@ ferry_slot *ferry__held_slot(ferry_buffer b, uint64_t session) {
   return now == gen || now == gen + 1 ? slot : NULL;
 }
 
-void ferry__release_held(ferry_buffer b, uint64_t session) {
-  ferry_slot *slot = ferry__held_slot(b, session);
-  if (!slot) return; /* its session ended, and ferry_shutdown released the memory */
-  atomic_fetch_sub_explicit(&slot->holds, 1, memory_order_relaxed);
+void ferry__release_held(ferry_buffer b) {
+  uint32_t index = (uint32_t)b.id, gen = (uint32_t)(b.id >> 32);
+  ferry_slot *slot = (gen & 1u) ? slot_at(index) : NULL;
+  if (!slot) return;
+  /* One of this generation's holds, taken out in one step: ferry_shutdown takes
+   * them all over in one step too (the word becomes 0), so exactly one of the
+   * two drops each reference, whatever the timing. A word of another generation
+   * or without holds: the session of this one ended, and ferry_shutdown
+   * released the memory. */
+  uint64_t h = atomic_load_explicit(&slot->holds, memory_order_acquire);
+  do {
+    if (state_gen(h) != gen || state_refs(h) == 0) return;
+  } while (!atomic_compare_exchange_weak_explicit(&slot->holds, &h, h - 1, memory_order_acq_rel, memory_order_acquire));
   ferry__release(slot);
 }
 
@@ -273,7 +293,12 @@ void ferry__handles_shutdown(bool report_leaks) {
       next = ((uint64_t)(state_gen(s) + 1) << 32) | state_refs(s);
     } while (!atomic_compare_exchange_weak(&slot->state, &s, next));
     bool live = state_gen(s) & 1u;
-    uint32_t holds = atomic_load(&slot->holds);
+    /* The tensors' references become the shutdown's, all in one step: a deleter
+     * that runs from here on finds none to drop (one that took its own out
+     * before drops it, and the wait below counts it as a transfer's). */
+    uint64_t h = atomic_exchange(&slot->holds, 0);
+    uint32_t held_gen = live ? state_gen(s) : state_gen(s) - 1;
+    uint32_t holds = state_gen(h) == held_gen ? state_refs(h) : 0;
     /* A freed buffer whose memory DLPack tensors still hold: released here. */
     bool freed_but_held = !live && holds > 0 && state_refs(s) > 0;
     if (!live && !freed_but_held) continue;
@@ -289,7 +314,6 @@ void ferry__handles_shutdown(bool report_leaks) {
               freed_but_held ? ", freed but still held by a DLPack tensor" : "");
     }
     leaked++;
-    atomic_store(&slot->holds, 0);
     atomic_store(&slot->state, (live ? next : s) & ~(uint64_t)UINT32_MAX);
     if (freed_but_held) atomic_fetch_sub(&releases_pending, 1); /* ferry_free counted it; nobody else releases it */
     if (slot_finish(slot, i) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry_last_error());

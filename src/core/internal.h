@@ -39,6 +39,34 @@ ferry_device *ferry__device_at(size_t index);
 ferry_status ferry__alloc_host_ptr_in(ferry_device *device, ferry_array host, ferry_buffer *out_buffer,
                                       ferry_refusal *out_refusal);
 
+/* ---- callbacks into the program (callbacks.c) --------------------------- */
+
+/* An entry of a thread's list of callbacks to run once the thread is out of
+ * every ferry call (an imported DLPack tensor's deleter). Part of the record it
+ * runs for: queueing never fails. */
+typedef struct ferry_callback {
+  struct ferry_callback *next;
+  void (*run)(struct ferry_callback *cb);
+  bool from_shutdown; /* queued by ferry_shutdown's releases */
+} ferry_callback;
+
+/* Queues `run(cb)` on this thread's list. */
+void ferry__callback_defer(ferry_callback *cb, void (*run)(ferry_callback *cb));
+/* A ferry call of this thread begins or ends (ferry__enter, ferry__leave); the
+ * end of the outermost runs the thread's list. */
+void ferry__calls_enter(void);
+void ferry__calls_leave(void);
+/* Runs the thread's list when it is inside no ferry call (the end of a
+ * reference's release, which transfers make outside the gate). */
+void ferry__callbacks_run_if_outside(void);
+/* ferry_shutdown's beginning and end on this thread: what its releases queue is
+ * marked as the shutdown's, and runs at the end, once the init lock is free. */
+void ferry__shutdown_enter(void);
+void ferry__shutdown_leave(void);
+/* Is this thread running a callback that ferry_shutdown queued? ferry does not
+ * start again from there. */
+bool ferry__in_shutdown_callback(void);
+
 /* ---- fork() (registry.c) ------------------------------------------------ */
 
 /* True in a child forked from a process where ferry was running, until the
@@ -94,19 +122,31 @@ typedef struct ferry_figures {
   double dma_issue;             /* the time dma_start takes to return: the engine thread is busy for it */
 } ferry_figures;
 
-/* A device's transfer engine (engine.c): its staging ring and figures. */
+/* A staging ring: a block of the pinned registry that one staged transfer
+ * holds at a time (engine.c's pool). */
+typedef struct ferry_ring {
+  struct ferry_ring *next; /* in the pool's free list */
+  char *base;
+  size_t bytes;
+  size_t next_slot; /* the slot after the last one the ring's last transfer used */
+} ferry_ring;
+
+/* A device's transfer engine (engine.c): its pool of staging rings and its figures. */
 struct ferry_engine {
-  pthread_mutex_t lock; /* held for a whole staged transfer: the ring is the device's one at a time */
-  char *ring;           /* staging memory, a block of the pinned registry; NULL until first use */
-  size_t ring_bytes;
-  size_t ring_next;      /* the slot after the last one the device's last staged transfer used */
-  bool ring_failed;      /* no staging memory could be had: direct transfers only */
-  size_t piece_override; /* FERRY_STAGE_BYTES, 0 if unset */
-  size_t min_override;   /* FERRY_STAGE_MIN */
+  pthread_mutex_t lock;         /* the pool */
+  pthread_cond_t ring_returned; /* a ring went back to the pool */
+  ferry_ring *free_rings;       /* rings no transfer holds */
+  unsigned ring_count;          /* rings made, held or free */
+  bool ring_failed;             /* pinning a new ring failed: make no more */
+  pthread_mutex_t measure_lock; /* one transfer measures the device at a time */
+  pthread_mutex_t figures_lock; /* figures: written by a measurement, copied by the plan */
+  size_t piece_override;        /* FERRY_STAGE_BYTES, 0 if unset */
+  size_t min_override;          /* FERRY_STAGE_MIN */
   bool min_set;
-  ferry_figures figures[2]; /* per ferry_dma_dir: written once under lock, then `measured` set */
+  ferry_figures figures[2]; /* per ferry_dma_dir, under figures_lock; `measured` set once there are some */
   _Atomic bool measured[2];
-  unsigned reports; /* staged transfers described under FERRY_DEBUG=engine */
+  _Atomic unsigned rounds[2]; /* measurements taken: the best of the first few is kept (engine_plan.c) */
+  _Atomic unsigned reports;   /* staged transfers described under FERRY_DEBUG=engine */
 };
 
 /* The statistics' three kinds of transfer (stats.c). */
@@ -114,7 +154,16 @@ typedef enum ferry_direction { FERRY_H2D, FERRY_D2H, FERRY_D2D, FERRY_DIRECTIONS
 
 struct ferry_device_state {
   struct ferry_engine engine;
-  bool pin_misaligned; /* the backend's pin_alloc gave an unaligned block once: ask with room to align */
+  /* The synchronous calls' lanes, one per ferry_dma_dir (copies within the
+   * device and fills take the TO_DEVICE one); NULL on devices without lanes. */
+  ferry_lane *sync_lane[2];
+  /* The device's default queue (queue.c), made by the first ferry_queue_default;
+   * the synchronous calls wait for its work. */
+  _Atomic(struct ferry_queue_obj *) default_queue;
+  pthread_mutex_t default_lock;   /* making the default queue */
+  pthread_mutex_t queues_lock;    /* `queues` */
+  struct ferry_queue_obj *queues; /* every queue of the device, the default one included */
+  bool pin_misaligned;            /* the backend's pin_alloc gave an unaligned block once: ask with room to align */
   pthread_mutex_t cache_lock;
   ferry_cache_node *cache[FERRY_CACHE_BUCKETS];
   ferry_cache_node *spare_nodes; /* nodes kept for the next put: no malloc on the free path */
@@ -159,19 +208,62 @@ static inline void ferry__stat_add(_Atomic uint64_t *counter, uint64_t v) {
 /* ---- the transfer engine (engine.c, engine_plan.c) ------------------------ */
 
 void ferry__engine_device_init(ferry_device *dev);
-/* Frees the device's staging ring (before the backend's destroy); the device stays usable. */
+/* Frees the device's staging rings (before the backend's destroy); the device stays usable. */
 void ferry__engine_device_release(ferry_device *dev);
 void ferry__engine_device_destroy(ferry_device *dev);
-/* Host memory to or from one allocation: ferry_mem.host copied by the core,
- * pinned memory by one DMA, pageable memory by the driver's call or through
- * the staging ring, whichever the device's figures say is faster. */
-ferry_status ferry__engine_write(ferry_device *dev, ferry_mem *dst, size_t offset, const void *src, size_t bytes);
-ferry_status ferry__engine_read(ferry_device *dev, const ferry_mem *src, size_t offset, void *dst, size_t bytes);
+/* Host memory to or from one allocation, on `lane`, complete on return:
+ * ferry_mem.host copied by the core, pinned memory by one DMA, pageable memory
+ * by the driver's call or through a staging ring, whichever the device's
+ * figures say is faster. */
+ferry_status ferry__engine_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t offset, const void *src,
+                                 size_t bytes);
+ferry_status ferry__engine_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t offset, void *dst,
+                                size_t bytes);
+/* The two ends of a copy between devices, each with the lane its work goes on. */
+typedef struct ferry_copy_ends {
+  ferry_device *sdev;
+  ferry_lane *slane;
+  const ferry_mem *src;
+  size_t so;
+  ferry_device *ddev;
+  ferry_lane *dlane;
+  ferry_mem *dst;
+  size_t doff, n;
+} ferry_copy_ends;
 /* Between allocations of two devices that have no peer copy for each other:
  * the source's DMA into pinned memory the destination's DMA reads, overlapped
- * piece by piece. */
-ferry_status ferry__engine_copy(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev, ferry_mem *dst,
-                                size_t doff, size_t bytes);
+ * piece by piece; complete on return. */
+ferry_status ferry__engine_copy(const ferry_copy_ends *c);
+
+/* Waits for a ticket and releases it (nothing for ticket 0). */
+ferry_status ferry__ticket_finish(ferry_device *dev, ferry_ticket t);
+/* ticket_query where the backend has it, else ticket_wait; FERRY_OK for ticket 0. */
+ferry_status ferry__ticket_poll(ferry_device *dev, ferry_ticket t);
+/* Seconds on the monotonic clock. */
+double ferry__now(void);
+
+/* A staging ring of the device's pool, held until ferry__ring_give; waits while
+ * every ring is taken; NULL when the device has none and none can be pinned. */
+ferry_ring *ferry__ring_take(ferry_device *dev);
+void ferry__ring_give(ferry_device *dev, ferry_ring *ring);
+
+/* One device's end of a staged transfer. */
+typedef struct ferry_side {
+  ferry_device *dev;
+  ferry_lane *lane;
+  ferry_mem *mem;
+  size_t offset;     /* of the transfer in mem */
+  bool dma;          /* the device reaches the ring by DMA; else its driver's call moves each piece */
+  ferry_pinned ring; /* the ring's first byte as the device sees it */
+} ferry_side;
+ferry_side ferry__side_of(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, char *ring,
+                          size_t ring_bytes);
+/* Slots of `piece` bytes in a ring (at most 16), and the length of piece i of a transfer. */
+unsigned ferry__slot_count(size_t ring_bytes, size_t piece);
+size_t ferry__piece_len(size_t total, size_t piece, size_t i);
+/* Can the device reach [ptr, ptr + n) by DMA? Fills *pin. The driver is asked
+ * about memory the registry does not know only with ask_driver. */
+bool ferry__pinned_for(ferry_device *dev, const void *ptr, size_t n, bool ask_driver, ferry_pinned *pin);
 
 /* How a transfer of `bytes` between pageable memory and a device runs. */
 typedef struct ferry_plan {
@@ -183,6 +275,8 @@ typedef struct ferry_plan {
 /* engine_plan.c: the choice of path and piece size, from the device's figures
  * or the FERRY_STAGE_* overrides. */
 ferry_plan ferry__engine_plan(ferry_device *dev, ferry_dma_dir dir, size_t bytes);
+/* Does the device want another round of measuring for `dir` (fewer than the rounds kept)? */
+bool ferry__engine_wants_round(struct ferry_engine *e, ferry_dma_dir dir);
 /* Prints the device's figures for `dir` and the plans they give (FERRY_DEBUG=engine). */
 void ferry__engine_report(ferry_device *dev, ferry_dma_dir dir);
 /* Estimated seconds for `bytes` through the ring in pieces of `piece` (the model). */
@@ -203,18 +297,22 @@ typedef struct ferry_slot {
   uint32_t next_free;
   uint32_t index; /* this slot's place in the table */
   ferry_kind kind;
+  /* Made by alloc_zero_copy or alloc_host_ptr: a transfer from or to its own array
+   * synchronises instead of copying. Whether it IS the array (no transfer needed,
+   * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
+  bool over_host_array;
   ferry_device *device;
   ferry_mem mem;
   void *host_array; /* zero-copy and host-ptr buffers: the user's array */
   size_t length, elem_size, bytes;
   size_t class_bytes; /* the cache class mem came from; 0 when not cacheable */
   uint64_t serial;    /* "buffer 7" in messages: the 7th buffer made */
-  /* Made by alloc_zero_copy or alloc_host_ptr: a transfer from or to its own array
-   * synchronises instead of copying. Whether it IS the array (no transfer needed,
-   * ferry_is_zero_copy) is another fact: mem.flags & FERRY_MEM_ZERO_COPY. */
-  bool over_host_array;
-  _Atomic uint32_t holds; /* references among state's that DLPack tensors hold (ferry__hold) */
-  void *foreign;          /* FERRY_MEM_FOREIGN memory: dlpack.c's record of its owner */
+  /* References among state's that DLPack tensors hold (ferry__hold): generation
+   * << 32 | count, the generation being the live one they were taken in. A
+   * tensor's deleter and ferry_shutdown each take a reference out of it with one
+   * atomic operation, so that exactly one of the two drops it. */
+  _Atomic uint64_t holds;
+  void *foreign; /* FERRY_MEM_FOREIGN memory: dlpack.c's record of its owner */
 } ferry_slot;
 
 /* Makes the table on first use; it then lasts as long as the process. */
@@ -257,15 +355,167 @@ ferry_status ferry__slot_destroy_memory(ferry_slot *slot);
 
 /* References that may outlive the session (a DLPack export's). ferry__hold takes
  * one like ferry__acquire (failing the same way) and says which session it
- * belongs to; ferry_shutdown waits for transfers but not for these, releases the
- * memory they hold, and ends the session, after which ferry__held_slot finds
- * nothing and ferry__release_held does nothing. No reference is taken by
- * ferry__held_slot. Must not race ferry_shutdown (a documented rule). */
+ * belongs to; ferry_shutdown waits for transfers but not for these, takes them
+ * over, releases the memory they held, and ends the session, after which
+ * ferry__held_slot finds nothing and ferry__release_held does nothing.
+ * ferry__release_held may run on any thread at any time, also while
+ * ferry_shutdown runs: the reference is dropped exactly once, by one of the two.
+ * ferry__held_slot takes no reference and runs inside the gate. */
 ferry_status ferry__hold(ferry_buffer b, const char *fn, ferry_slot **out_slot, uint64_t *out_session);
 ferry_slot *ferry__held_slot(ferry_buffer b, uint64_t session);
-void ferry__release_held(ferry_buffer b, uint64_t session);
+void ferry__release_held(ferry_buffer b);
 /* The session now; moves on at every ferry_shutdown. */
 uint64_t ferry__handles_session(void);
+
+/* ---- operations (ops.c): what every transfer does, now or on a queue -------- */
+
+typedef enum ferry_op_kind {
+  FERRY_OP_WRITE,  /* host -> dst */
+  FERRY_OP_READ,   /* src -> host */
+  FERRY_OP_COPY,   /* src -> dst */
+  FERRY_OP_FILL,   /* pattern -> dst */
+  FERRY_OP_MARKER, /* queues only: completes an event's capture */
+  FERRY_OP_WAIT,   /* queues only: waits for an event's capture */
+} ferry_op_kind;
+
+struct ferry_capture;
+
+/* One operation, its arguments checked. The slots carry a reference each,
+ * which the operation's owner releases when it ends (ferry__op_release). */
+typedef struct ferry_op {
+  ferry_op_kind kind;
+  const char *fn; /* the public function, for sentences */
+  ferry_slot *dst,
+      *src; /* WRITE, FILL: dst; READ: src; COPY: both (the same slot twice for a copy within one buffer) */
+  size_t dst_offset, src_offset, bytes;
+  void *host;                    /* WRITE's source, READ's destination */
+  uint32_t pattern;              /* FILL: the pattern's bytes in memory order, in the low pattern_size bytes */
+  unsigned pattern_size;         /* 1, 2 or 4 */
+  struct ferry_capture *capture; /* MARKER: the capture it completes; WAIT: the one waited for (a reference) */
+} ferry_op;
+
+/* Which lane each device's part of an operation goes on: the queue's lane for
+ * the queue's device, else the device's synchronous lane for the direction. */
+typedef struct ferry_lanes {
+  ferry_device *queue_dev; /* NULL: the synchronous calls' lanes everywhere */
+  ferry_lane *queue_lane;
+} ferry_lanes;
+ferry_lane *ferry__lane_for(ferry_lanes lanes, ferry_device *dev, ferry_dma_dir dir);
+
+/* Runs a WRITE, READ, COPY or FILL to completion on `lanes` and counts it in
+ * the statistics; a failure's sentence names op->fn and the buffers. */
+ferry_status ferry__op_run(const ferry_op *op, ferry_lanes lanes);
+/* Drops the references an operation holds (its slots, its capture). */
+void ferry__op_release(ferry_op *op);
+/* Counts a completed WRITE, READ or COPY in the statistics. */
+void ferry__op_count(const ferry_op *op);
+/* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
+ * buffer addressed through its own array)? */
+bool ferry__op_own_bytes(const ferry_slot *slot, size_t offset, const void *host);
+/* Fills n bytes at p with the pattern (any alignment). */
+void ferry__host_fill(void *p, size_t n, uint32_t pattern, unsigned pattern_size);
+/* Puts "fn: buffer ...: " in front of the thread's sentence. */
+ferry_status ferry__op_failed(ferry_status st, const ferry_op *op);
+
+/* ---- staged transfers on a queue (stage.c) -------------------------------- */
+
+typedef struct ferry_stage ferry_stage;
+/* A staged transfer to prepare: WRITE host -> b, READ a -> host, COPY a -> b;
+ * the ring comes from ring_dev's pool. */
+typedef struct ferry_stage_request {
+  ferry_op_kind kind;
+  size_t n;
+  char *host;
+  ferry_device *ring_dev;
+  ferry_device *a_dev;
+  ferry_lane *a_lane;
+  ferry_mem *a_mem;
+  size_t a_offset;
+  ferry_device *b_dev;
+  ferry_lane *b_lane;
+  ferry_mem *b_mem;
+  size_t b_offset;
+} ferry_stage_request;
+/* Can the device's part of a staged transfer be pushed at submission (lanes, DMA, gates)? */
+bool ferry__stage_possible(ferry_device *dev);
+/* Takes a ring and makes the gates and tickets (may wait for a ring: call it
+ * holding no queue's lock). */
+ferry_status ferry__stage_prepare(const ferry_stage_request *req, ferry_stage **out);
+/* Is side a (else b) pushed at submission? */
+bool ferry__stage_ahead(const ferry_stage *st, bool side_a);
+/* Pushes the device's part (the queue's lock held, in the queue's order);
+ * `start`: a ticket of the queue's earlier work (0: none) that the host's part
+ * waits for; *out_final: the ticket of the last DMA into the destination when
+ * that side is pushed ahead (its completion is the transfer's). */
+ferry_status ferry__stage_push(ferry_stage *st, ferry_ticket start, ferry_device *start_dev, ferry_ticket *out_final);
+/* The host's part, on the queue's thread; with `cancel` (or after a failed
+ * push) it only raises the gates. */
+ferry_status ferry__stage_run(ferry_stage *st, bool cancel);
+/* Once the transfer has completed: its tickets, gates and ring go. */
+void ferry__stage_free(ferry_stage *st);
+
+/* ---- queue and event handles (objects.c) ---------------------------------- */
+
+typedef enum ferry_object_kind {
+  FERRY_OBJECT_NONE,
+  FERRY_OBJECT_QUEUE,
+  FERRY_OBJECT_EVENT,
+  FERRY_OBJECT_KINDS,
+} ferry_object_kind;
+
+/* A handle for `object` with one reference, its owner's. */
+ferry_status ferry__object_new(ferry_object_kind kind, void *object, const char *fn, uint64_t *out_id);
+/* The object of a live handle with a reference added; NULL for a stale or made-up one. */
+void *ferry__object_get(ferry_object_kind kind, uint64_t id);
+/* Adds a reference for a holder that has one already (live or retired handle). */
+void ferry__object_hold(ferry_object_kind kind, uint64_t id);
+/* Drops a reference; true when it was the last of a retired handle: the
+ * object is then the caller's to free. */
+bool ferry__object_put(ferry_object_kind kind, uint64_t id);
+typedef enum ferry_retire {
+  FERRY_RETIRE_STALE, /* not a live handle: nothing changed */
+  FERRY_RETIRE_HELD,  /* stale now; other holders keep the object (the last ferry__object_put frees it) */
+  FERRY_RETIRE_LAST,  /* stale now, and the owner's was the last reference: the caller frees the object */
+} ferry_retire;
+/* Makes the handle stale and drops the owner's reference. */
+ferry_retire ferry__object_retire(ferry_object_kind kind, uint64_t id);
+
+/* ---- queues and events (queue.c, event.c) ---------------------------------- */
+
+typedef struct ferry_queue_obj ferry_queue_obj;
+typedef struct ferry_capture ferry_capture;
+
+/* The queue of a live handle, with a reference (ferry__queue_unref), or
+ * FERRY_ERROR_STALE_HANDLE naming fn. */
+ferry_status ferry__queue_acquire(ferry_queue queue, const char *fn, ferry_queue_obj **out);
+void ferry__queue_unref(ferry_queue_obj *q);
+ferry_device *ferry__queue_device(const ferry_queue_obj *q);
+/* Submits a checked operation; takes its references whatever it returns. */
+ferry_status ferry__queue_submit(ferry_queue_obj *q, ferry_op *op);
+/* A synchronous call's start: waits for the work submitted to the device's
+ * default queue; FERRY_ERROR_CANCELLED while it has a failure not reported yet. */
+ferry_status ferry__queue_settle_default(ferry_device *dev, const char *fn);
+/* ferry_device_synchronize's part: waits for every queue of the device and
+ * reports the first failure not yet reported. */
+ferry_status ferry__queues_synchronize_device(ferry_device *dev, const char *fn);
+/* At shutdown (gate closed), in this order: waits for every queue's work and
+ * stops its thread (a failure never reported is printed under `report`);
+ * frees every event; gives the lanes back and frees the queues. Their handles
+ * are stale from then on. */
+void ferry__queues_drain_device(ferry_device *dev, bool report);
+void ferry__events_shutdown(void);
+void ferry__queues_end_device(ferry_device *dev);
+/* Stops the thread that releases what queue threads retired (after the queues ended). */
+void ferry__queues_releaser_stop(void);
+void ferry__queues_releaser_forget(void);
+/* In a forked child: forgets the parent's queues and events without a driver
+ * call (their threads are the parent's). */
+void ferry__queues_forget_device(ferry_device *dev);
+void ferry__events_forget(void);
+/* Waits until the capture's work has completed. */
+void ferry__capture_wait(ferry_capture *c);
+bool ferry__capture_done(ferry_capture *c);
+void ferry__capture_unref(ferry_capture *c);
 
 /* ---- foreign memory (DLPack imports, dlpack.c) --------------------------- */
 
@@ -298,6 +548,11 @@ bool ferry__pinned_free(void *ptr, bool user);
 /* Is [ptr, ptr + bytes) inside a block `dev` can DMA from? Registers the block
  * with dev on first use where the backend can. Fills *out on true. */
 bool ferry__pinned_find(ferry_device *dev, const void *ptr, size_t bytes, ferry_pinned *out);
+/* The view of `host`, a byte inside the range `base` describes. */
+static inline ferry_pinned ferry__pinned_at(const ferry_pinned *base, void *host) {
+  return (ferry_pinned){
+      .host = host, .token = base->token, .offset = base->offset + (size_t)((char *)host - (char *)base->host)};
+}
 /* Releases every block (at shutdown, before the devices go). */
 void ferry__pinned_shutdown(void);
 void ferry__pinned_fork(ferry_fork_phase phase);

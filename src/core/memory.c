@@ -20,6 +20,8 @@ ferry_status ferry__device_state_init(ferry_device *dev) {
   struct ferry_device_state *s = calloc(1, sizeof *s);
   if (!s) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the device's state", dev->label);
   pthread_mutex_init(&s->cache_lock, NULL);
+  pthread_mutex_init(&s->default_lock, NULL);
+  pthread_mutex_init(&s->queues_lock, NULL);
   uint64_t limit;
   if (!ferry__option_number("FERRY_CACHE_LIMIT", &limit)) limit = dev->info.total_memory / 4;
   s->cache_limit = (dev->caps & FERRY_CAP_CACHE) ? limit : 0;
@@ -35,6 +37,8 @@ void ferry__device_state_destroy(ferry_device *dev) {
     free(n);
   }
   pthread_mutex_destroy(&dev->state->cache_lock);
+  pthread_mutex_destroy(&dev->state->default_lock);
+  pthread_mutex_destroy(&dev->state->queues_lock);
   free(dev->state);
   dev->state = NULL;
 }
@@ -145,26 +149,20 @@ ferry_status ferry__cache_trim(ferry_device *dev) {
   /* Back to the driver outside the lock: frees can be slow. Every block leaves
    * the cache; the first driver failure is reported (with its sentence). */
   ferry_status first = FERRY_OK;
-  char saved[1024] = "";
+  ferry_error_scope scope = ferry__first_failure_begin(false);
   while (all) {
     ferry_cache_node *n = all;
     all = n->next;
     ferry_status st = dev->ops->free(dev, &n->mem);
-    if (st != FERRY_OK && first == FERRY_OK) {
-      first = st;
-      snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    }
+    if (st != FERRY_OK && first == FERRY_OK) first = st;
     free(n);
   }
   /* Then what the backend keeps for itself (checked's quarantine). */
   if (dev->ops->trim) {
     ferry_status st = dev->ops->trim(dev);
-    if (st != FERRY_OK && first == FERRY_OK) {
-      first = st;
-      snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    }
+    if (st != FERRY_OK && first == FERRY_OK) first = st;
   }
-  if (first != FERRY_OK) ferry__fail(first, "%s", saved);
+  ferry__first_failure_end(scope);
   return first;
 }
 
@@ -183,15 +181,16 @@ ferry_status ferry__mem_alloc(ferry_device *dev, size_t bytes, ferry_mem *out, s
   size_t ask = class_bytes ? class_bytes : bytes;
   ferry_status st = dev->ops->alloc(dev, ask, &mem);
   if (st == FERRY_ERROR_OUT_OF_MEMORY && (atomic_load(&dev->state->bytes_cached) > 0 || dev->ops->trim)) {
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", ferry__error_text());
     /* A failure to free is the driver's, and the retry says what matters; a
      * corruption found in memory the backend kept has nobody else to go to. */
-    if (ferry__cache_trim(dev) == FERRY_ERROR_BACKEND && dev->ops->trim)
-      fprintf(stderr, "ferry: %s: %s\n", dev->label, ferry__error_text());
+    ferry_error_scope quiet = ferry__first_failure_begin(true);
+    ferry_status trimmed = ferry__cache_trim(dev);
+    ferry__first_failure_end(quiet);
+    if (trimmed == FERRY_ERROR_BACKEND && dev->ops->trim)
+      fprintf(stderr, "ferry: %s: the cache given back after an out-of-memory: a driver failure\n", dev->label);
     st = dev->ops->alloc(dev, ask, &mem);
     if (st != FERRY_OK && st != FERRY_ERROR_OUT_OF_MEMORY)
-      ferry__fail(st, "%s (after: %s)", ferry__error_text(), saved);
+      ferry__fail(st, "%s (a second try, after the cache was given back on an out-of-memory)", ferry__error_text());
   }
   if (st == FERRY_ERROR_OUT_OF_MEMORY && ask != bytes) {
     /* The rounding may be what did not fit: the exact size, not cached later. */

@@ -70,10 +70,20 @@ static const ferry_option_def core_options[] = {
 
 #define OPTION_MAX 96
 
+/* A value ferry_option_get has handed out: kept for the rest of the process, so
+ * that no later call of any thread can end a string a caller holds. One copy
+ * per distinct value of each setting (a program that sets ever new values keeps
+ * one small string for each). */
+typedef struct shown_value {
+  struct shown_value *next;
+  char text[];
+} shown_value;
+
 typedef struct option_state {
   const ferry_option_def *def;
-  char *code;  /* ferry_set_option's value; NULL: none */
-  char *value; /* the value in effect as text: this session's, or before init the next one's; NULL: unset */
+  shown_value *shown; /* every value ferry_option_get has shown for it; never freed */
+  char *code;         /* ferry_set_option's value; NULL: none */
+  char *value;        /* the value in effect as text: this session's, or before init the next one's; NULL: unset */
   ferry_option_source source;
   uint64_t number; /* BYTES, COUNT, SWITCH: the parsed value */
 } option_state;
@@ -370,6 +380,20 @@ size_t ferry_option_count(void) {
   return n;
 }
 
+/* The kept copy of `text` for option `s` (made on first use); NULL when no host
+ * memory is left. Under the lock. */
+static const char *shown_copy(option_state *s, const char *text) {
+  for (const shown_value *v = s->shown; v; v = v->next)
+    if (strcmp(v->text, text) == 0) return v->text;
+  size_t n = strlen(text) + 1;
+  shown_value *v = malloc(sizeof *v + n);
+  if (!v) return NULL;
+  memcpy(v->text, text, n);
+  v->next = s->shown;
+  s->shown = v;
+  return v->text;
+}
+
 ferry_status ferry_option_get(size_t index, ferry_option_info *out) {
   static const char fn[] = "ferry_option_get";
   if (!out) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
@@ -388,7 +412,13 @@ ferry_status ferry_option_get(size_t index, ferry_option_info *out) {
     if (!v || !*v) v = NULL;
     if (!(v == NULL && s->value == NULL) && !(v && s->value && strcmp(v, s->value) == 0)) replace(&s->value, v);
   }
-  const char *shown = s->value ? s->value : s->def->default_value ? s->def->default_value : "";
+  /* s->value is replaced by the next session's ferry_init: the caller gets a copy
+   * that stays (defaults are static already). */
+  const char *shown = s->value ? shown_copy(s, s->value) : s->def->default_value ? s->def->default_value : "";
+  if (!shown) {
+    pthread_mutex_unlock(&options.lock);
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a copy of %s's value", fn, s->def->name);
+  }
   *out = (ferry_option_info){
       .name = s->def->name,
       .value = shown,

@@ -227,10 +227,11 @@ static void register_block(ferry_device *dev, uintptr_t start) {
   pthread_rwlock_unlock(&reg.lock);
   if (asked) return; /* freed meanwhile, or another thread registered it */
   uintptr_t token = 0;
-  char saved[1024];
-  snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  /* A refusal is remembered, not reported: the transfer goes on staged, and the
+   * thread's sentence stays the caller's. */
+  ferry_error_scope quiet = ferry__first_failure_begin(true);
   bool ok = dev->ops->pin_register(dev, (void *)start, span, &token) == FERRY_OK;
-  ferry__fail(FERRY_OK, "%s", saved); /* a refusal is remembered, not reported: the transfer goes on staged */
+  ferry__first_failure_end(quiet);
   pthread_rwlock_wrlock(&reg.lock);
   b = holding(start, 0);
   pin_reg *grown = b && b->start == start ? realloc(b->regs, (b->nregs + 1) * sizeof *grown) : NULL;

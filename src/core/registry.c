@@ -1,5 +1,6 @@
 /* The device registry: starting backends, numbering devices, FERRY_BACKENDS,
  * device queries, shutdown. */
+#include "host_info.h"
 #include "internal.h"
 
 #include <stdio.h>
@@ -84,9 +85,13 @@ const ferry_backend *ferry__backend_at(size_t index) {
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
   const ferry_backend *b = probe->entry->backend;
   const ferry_device_ops *o = desc->ops;
-  bool moves = (o && ((o->write && o->read) || (o->dma_start && o->dma_wait))) || desc->zero_copy;
-  if (!o || !o->alloc || !o->free || !o->copy || !moves || (!o->dma_start != !o->dma_wait) ||
-      ((o->pin_alloc || o->pin_register) && !o->pin_release))
+  bool moves = (o && ((o->write && o->read) || o->dma_start)) || desc->zero_copy;
+  bool tickets = o && o->ticket_wait && o->ticket_release;
+  bool lanes_whole = o && (!o->lane_create || (o->lane_destroy && o->marker && tickets && o->fill_start));
+  bool gates_whole = o && (!o->gate_create == !o->gate_push) && (!o->gate_create == !o->gate_raise) &&
+                     (!o->gate_create == !o->gate_destroy) && (!o->gate_create || o->lane_create);
+  if (!o || !o->alloc || !o->free || !o->copy_start || !moves || (o->dma_start && !tickets) || !lanes_whole ||
+      !gates_whole || ((o->pin_alloc || o->pin_register) && !o->pin_release))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: a device without the required operations", b->name);
   if (desc->ops->host_ptr_import && (!desc->ops->host_ptr_release || !desc->ops->host_ptr_sync))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: host_ptr_import without host_ptr_release and host_ptr_sync",
@@ -124,6 +129,19 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
     return st;
   }
   ferry__engine_device_init(dev);
+  /* The synchronous calls' lanes, one per direction. */
+  for (int d = 0; d < 2 && st == FERRY_OK && dev->ops->lane_create; d++)
+    st = dev->ops->lane_create(dev, &dev->state->sync_lane[d]);
+  if (st != FERRY_OK) {
+    char text[1024];
+    snprintf(text, sizeof text, "%s", ferry__error_text());
+    for (int d = 0; d < 2; d++)
+      if (dev->state->sync_lane[d]) dev->ops->lane_destroy(dev, dev->state->sync_lane[d]);
+    ferry__engine_device_destroy(dev);
+    ferry__device_state_destroy(dev);
+    free(dev);
+    return ferry__fail(st, "backend %s: the lanes of %s: %s", b->name, desc->name ? desc->name : "a device", text);
+  }
   reg.devices[reg.device_count++] = dev;
   probe->entry->count++;
   return FERRY_OK;
@@ -132,6 +150,8 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
 static void device_destroy(ferry_device *dev) {
   if (ferry__cache_trim(dev) != FERRY_OK) fprintf(stderr, "ferry: ferry_shutdown: %s\n", ferry__error_text());
   ferry__engine_device_release(dev);
+  for (int d = 0; d < 2; d++)
+    if (dev->state->sync_lane[d]) dev->ops->lane_destroy(dev, dev->state->sync_lane[d]);
   if (dev->ops->destroy) dev->ops->destroy(dev);
   ferry__engine_device_destroy(dev);
   ferry__device_state_destroy(dev);
@@ -347,14 +367,16 @@ static void register_fork_handlers(void) { pthread_atfork(fork_prepare, fork_par
 static ferry_status ensure_init(const char *fn) {
   if (atomic_load_explicit(&ferry__forked, memory_order_relaxed)) return ferry__fork_refusal(fn);
   if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
+  if (ferry__in_shutdown_callback())
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: called from a DLPack deleter that ferry_shutdown() runs once the session is gone: ferry "
+                       "does not start again from there (ferry_shutdown() released everything, ferry_host_alloc's "
+                       "blocks included)",
+                       fn);
   pthread_once(&fork_handlers_once, register_fork_handlers);
   init_lock_take();
   ferry_status st = FERRY_OK;
   if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
-    /* Backends that are absent write their reasons into the thread's sentence;
-     * the caller's sentence is kept. */
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", ferry__error_text());
     st = ferry__options_load();
     if (st == FERRY_OK) {
       plan_backends();
@@ -362,9 +384,13 @@ static ferry_status ensure_init(const char *fn) {
       if (st != FERRY_OK) ferry__options_end();
     }
     if (st == FERRY_OK) {
+      /* Backends that are absent write their reasons into the thread's
+       * sentence (probe_backend keeps each as the backend's status); the
+       * caller's sentence is put back. */
+      ferry__error_push();
       for (size_t i = 0; i < reg.entry_count; i++)
         probe_backend(&reg.entries[i]);
-      ferry__fail(FERRY_OK, "%s", saved);
+      ferry__error_pop();
       atomic_store_explicit(&ready, 1, memory_order_release);
     }
   }
@@ -383,7 +409,7 @@ ferry_status ferry_init(void) { return ensure_init("ferry_init"); }
  * ferry again. The shutdown closes the gate, waits for the count to reach zero,
  * and opens the gate once the library is down. */
 
-void ferry__leave(void) {
+static void gate_out(void) {
   if (atomic_fetch_sub(&gate, 1) == (GATE_CLOSED | 1)) {
     /* The last call out of a closing gate: the shutdown may go on. */
     pthread_mutex_lock(&gate_lock);
@@ -392,14 +418,22 @@ void ferry__leave(void) {
   }
 }
 
+void ferry__leave(void) {
+  gate_out();
+  ferry__calls_leave(); /* out of the outermost call: the deleters its releases queued run now */
+}
+
 ferry_status ferry__enter(const char *fn) {
   for (;;) {
     ferry_status st = ensure_init(fn);
     if (st != FERRY_OK) return st;
     uint64_t before = atomic_fetch_add(&gate, 1);
     /* Inside an open gate with the library up, the library stays up until we leave. */
-    if (!(before & GATE_CLOSED) && atomic_load(&ready)) return FERRY_OK;
-    ferry__leave();
+    if (!(before & GATE_CLOSED) && atomic_load(&ready)) {
+      ferry__calls_enter();
+      return FERRY_OK;
+    }
+    gate_out();
     if (before & GATE_CLOSED) {
       init_lock_take(); /* the shutdown holds it until it is done */
       init_lock_give();
@@ -426,6 +460,10 @@ ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
  * call (the drivers' threads are the parent's) and without freeing what the
  * drivers own; only the core's own host memory goes. */
 static void forget_parent_session(void) {
+  for (size_t i = 0; i < reg.device_count; i++)
+    ferry__queues_forget_device(reg.devices[i]);
+  ferry__events_forget();
+  ferry__queues_releaser_forget();
   ferry__handles_forget();
   ferry__pinned_forget();
   ferry__host_ranges_shutdown();
@@ -447,6 +485,7 @@ static void forget_parent_session(void) {
 }
 
 void ferry_shutdown(void) {
+  ferry__shutdown_enter();
   init_lock_take();
   if (atomic_load(&ferry__forked)) {
     forget_parent_session();
@@ -457,6 +496,14 @@ void ferry_shutdown(void) {
     while (atomic_load(&gate) != GATE_CLOSED)
       pthread_cond_wait(&gate_empty, &gate_lock);
     pthread_mutex_unlock(&gate_lock);
+    /* Every queue's work, then the events, then the queues themselves. */
+    bool debug = ferry__option_text("FERRY_DEBUG") != NULL;
+    for (size_t i = 0; i < reg.device_count; i++)
+      ferry__queues_drain_device(reg.devices[i], debug);
+    ferry__events_shutdown();
+    for (size_t i = 0; i < reg.device_count; i++)
+      ferry__queues_end_device(reg.devices[i]);
+    ferry__queues_releaser_stop();
     /* Transfers hold their buffers: this waits for them. */
     ferry__handles_shutdown(ferry__option_has_word("FERRY_DEBUG", "leaks"));
     for (size_t i = 0; i < reg.device_count; i++)
@@ -478,6 +525,7 @@ void ferry_shutdown(void) {
     atomic_fetch_and(&gate, ~GATE_CLOSED);
   }
   init_lock_give();
+  ferry__shutdown_leave(); /* the deleters of the buffers it released run now, where ferry holds no lock */
 }
 
 size_t ferry_device_count(void) {
@@ -567,8 +615,18 @@ ferry_status ferry_device_driver_info(const ferry_device *device, ferry_driver_i
   if (dev->ops->free_memory) info.free_memory = dev->ops->free_memory(dev);
   if (dev->ops->driver_info && (st = dev->ops->driver_info(dev, &info)) != FERRY_OK)
     ferry__fail(st, "ferry_device_driver_info: %s: %s", dev->label, ferry__error_text());
+  /* A CPU device whose driver says nothing of its free memory (PoCL, lavapipe)
+   * allocates from the host's: the host's figure, marked as such. The host
+   * backends' memory is the host's, and they say so themselves. */
+  if (st == FERRY_OK && info.free_memory == 0 && dev->info.is_cpu && !dev->info.zero_copy) {
+    info.free_memory = ferry__host_available_memory();
+    info.free_memory_from_host = info.free_memory != 0;
+  }
   if (st == FERRY_OK) {
-    /* Whatever a backend wrote, the strings end inside their arrays. */
+    /* Whatever a backend wrote, the strings end inside their arrays, the counts inside theirs. */
+    if (info.heap_count > FERRY_MAX_HEAPS) info.heap_count = FERRY_MAX_HEAPS;
+    if (info.memory_type_count > FERRY_MAX_MEMORY_TYPES) info.memory_type_count = FERRY_MAX_MEMORY_TYPES;
+    if (info.queue_family_count > FERRY_MAX_QUEUE_FAMILIES) info.queue_family_count = FERRY_MAX_QUEUE_FAMILIES;
     info.driver[sizeof info.driver - 1] = info.driver_version[sizeof info.driver_version - 1] = '\0';
     info.api_version[sizeof info.api_version - 1] = info.pci_bus_id[sizeof info.pci_bus_id - 1] = '\0';
     info.uuid[sizeof info.uuid - 1] = '\0';
@@ -581,6 +639,10 @@ ferry_status ferry_device_driver_info(const ferry_device *device, ferry_driver_i
 ferry_status ferry_device_synchronize(ferry_device *device) {
   ferry_status st = ferry__enter_device(device, "ferry_device_synchronize");
   if (st != FERRY_OK) return st;
+  if ((st = ferry__queues_synchronize_device(device, "ferry_device_synchronize")) != FERRY_OK) {
+    ferry__leave();
+    return st;
+  }
   if (device->ops->synchronize && (st = device->ops->synchronize(device)) != FERRY_OK)
     ferry__fail(st, "ferry_device_synchronize: %s: %s", device->label, ferry__error_text());
   ferry__leave();

@@ -1,24 +1,13 @@
 /*
- * Transfers: every argument is checked here, then the transfer engine
- * (engine.c) moves the bytes.
- *
- * A zero-copy or host-ptr buffer addressed through its own array only
- * synchronises (the bytes are already there); through any other array it
- * copies, exactly as a buffer with memory of its own. Copies within a device
- * are the backend's; between devices of one backend its peer copy where it has
- * one; everything else is the engine's.
+ * Transfers: every argument is checked here, then the operation (ops.c) runs
+ * now, after the default queue's earlier work (the synchronous calls), or is
+ * submitted to a queue (the _async calls, queue.c).
  */
 #include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Puts "fn: buffer ...: " in front of the backend's sentence. */
-static ferry_status backend_failed(ferry_status st, const char *fn, const ferry_slot *slot) {
-  char text[512];
-  return ferry__fail(st, "%s: %s: %s", fn, ferry__buffer_text(slot, text), ferry__error_text());
-}
 
 /* ---- checks ---------------------------------------------------------------- */
 
@@ -73,110 +62,17 @@ static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t o
   return FERRY_OK;
 }
 
-/* A transfer that moves no bytes still fails on a buffer the backend finds
- * damaged (checked's guards): every transfer touching it does. */
-static ferry_status check_untouched(const char *fn, ferry_slot *slot) {
-  ferry_device *dev = slot->device;
-  if (!dev->ops->check) return FERRY_OK;
-  ferry_status st = dev->ops->check(dev, &slot->mem);
-  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
-}
+/* ---- running an operation now ---------------------------------------------------- */
 
-/* ---- moving bytes between the host and one buffer -------------------------- */
-
-/* Does the host range name the buffer's own bytes (a zero-copy or host-ptr
- * buffer addressed through its own array)? */
-static bool own_bytes(const ferry_slot *slot, size_t offset, const void *host) {
-  return slot->over_host_array && host == (const char *)slot->host_array + offset;
-}
-
-static ferry_status sync_own(const char *fn, ferry_slot *slot, ferry_sync_dir dir) {
-  ferry_device *dev = slot->device;
-  if (!(slot->mem.flags & FERRY_MEM_HOST_PTR)) return FERRY_OK; /* zero-copy: nothing to hand over */
-  ferry_status st = dev->ops->host_ptr_sync(dev, &slot->mem, dir);
-  return st == FERRY_OK ? st : backend_failed(st, fn, slot);
-}
-
-static ferry_status write_bytes(const char *fn, ferry_slot *slot, size_t offset, const void *src, size_t bytes) {
-  ferry_device *dev = slot->device;
-  ferry_status st = FERRY_OK;
-  if (bytes == 0) {
-    st = check_untouched(fn, slot);
-  } else {
-    if (own_bytes(slot, offset, src))
-      st = sync_own(fn, slot, FERRY_SYNC_TO_DEVICE);
-    else if ((st = ferry__engine_write(dev, &slot->mem, offset, src, bytes)) != FERRY_OK)
-      st = backend_failed(st, fn, slot);
-  }
-  if (st == FERRY_OK) ferry__count_transfer(dev, FERRY_H2D, bytes);
-  return st;
-}
-
-static ferry_status read_bytes(const char *fn, ferry_slot *slot, size_t offset, void *dst, size_t bytes) {
-  ferry_device *dev = slot->device;
-  ferry_status st = FERRY_OK;
-  if (bytes == 0) {
-    st = check_untouched(fn, slot);
-  } else {
-    if (own_bytes(slot, offset, dst))
-      st = sync_own(fn, slot, FERRY_SYNC_TO_HOST);
-    else if ((st = ferry__engine_read(dev, &slot->mem, offset, dst, bytes)) != FERRY_OK)
-      st = backend_failed(st, fn, slot);
-  }
-  if (st == FERRY_OK) ferry__count_transfer(dev, FERRY_D2H, bytes);
-  return st;
-}
-
-/* ---- copies between buffers ------------------------------------------------ */
-
-/* Within one allocation, overlapping, on a device whose copy cannot overlap: via
- * a temporary allocation on the same device. */
-static ferry_status copy_overlapping(ferry_device *dev, ferry_mem *mem, size_t so, size_t doff, size_t bytes) {
-  ferry_mem tmp;
-  size_t class_bytes;
-  ferry_status st = ferry__mem_alloc(dev, bytes, &tmp, &class_bytes);
+/* A synchronous call: the work already submitted to the default queue of each
+ * device the operation touches first, then the operation itself, complete on
+ * return. The references of op are the caller's. */
+static ferry_status run_now(ferry_op *op) {
+  ferry_slot *a = op->dst ? op->dst : op->src, *b = op->src && op->dst ? op->src : NULL;
+  ferry_status st = ferry__queue_settle_default(a->device, op->fn);
+  if (st == FERRY_OK && b && b->device != a->device) st = ferry__queue_settle_default(b->device, op->fn);
   if (st != FERRY_OK) return st;
-  st = dev->ops->copy(dev, mem, so, &tmp, 0, bytes);
-  if (st == FERRY_OK) st = dev->ops->copy(dev, &tmp, 0, mem, doff, bytes);
-  char saved[1024];
-  snprintf(saved, sizeof saved, "%s", ferry__error_text());
-  ferry__mem_release(dev, &tmp, class_bytes);
-  if (st != FERRY_OK) ferry__fail(st, "%s", saved);
-  return st;
-}
-
-static ferry_status copy_bytes(const char *fn, ferry_slot *src, size_t so, ferry_slot *dst, size_t doff, size_t bytes) {
-  ferry_device *sdev = src->device, *ddev = dst->device;
-  ferry_status st = FERRY_OK;
-  if (bytes == 0 || (src == dst && so == doff)) {
-    /* Nothing to move; a damaged buffer still fails the copy. */
-    if ((st = check_untouched(fn, src)) == FERRY_OK && dst != src) st = check_untouched(fn, dst);
-    if (st != FERRY_OK) return st; /* the sentence names the damaged buffer */
-  } else if (sdev == ddev && (src->mem.host || dst->mem.host)) {
-    /* Host memory on one side at least: the engine's host paths. */
-    if (src->mem.host && dst->mem.host)
-      ferry__host_move((char *)dst->mem.host + doff, (const char *)src->mem.host + so, bytes);
-    else
-      st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-  } else if (sdev == ddev) {
-    bool overlapping = src == dst && so < doff + bytes && doff < so + bytes;
-    if (overlapping && !(sdev->caps & FERRY_CAP_OVERLAP_COPY))
-      st = copy_overlapping(sdev, &src->mem, so, doff, bytes);
-    else
-      st = sdev->ops->copy(sdev, &src->mem, so, &dst->mem, doff, bytes);
-  } else {
-    st = FERRY_ERROR_UNSUPPORTED;
-    if (sdev->backend == ddev->backend && sdev->ops->copy_peer)
-      st = sdev->ops->copy_peer(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-    if (st == FERRY_ERROR_UNSUPPORTED) st = ferry__engine_copy(sdev, &src->mem, so, ddev, &dst->mem, doff, bytes);
-  }
-  if (st != FERRY_OK) {
-    char a[512], b[512];
-    return ferry__fail(st, "%s: from %s to %s: %s", fn, ferry__buffer_text(src, a), ferry__buffer_text(dst, b),
-                       ferry__error_text());
-  }
-  ferry__count_transfer(ddev, FERRY_D2D, bytes);
-  return FERRY_OK;
+  return ferry__op_run(op, (ferry_lanes){0});
 }
 
 /* ---- the public transfers -------------------------------------------------- */
@@ -187,7 +83,10 @@ ferry_status ferry_host_to_device(ferry_array src, ferry_buffer dst) {
   ferry_status st = ferry__acquire(dst, fn, &slot);
   if (st != FERRY_OK) return st;
   size_t bytes = 0;
-  if ((st = check_typed(fn, src, slot, &bytes)) == FERRY_OK) st = write_bytes(fn, slot, 0, src.data, bytes);
+  if ((st = check_typed(fn, src, slot, &bytes)) == FERRY_OK) {
+    ferry_op op = {.kind = FERRY_OP_WRITE, .fn = fn, .dst = slot, .bytes = bytes, .host = src.data};
+    st = run_now(&op);
+  }
   ferry__release(slot);
   return st;
 }
@@ -198,7 +97,10 @@ ferry_status ferry_device_to_host(ferry_buffer src, ferry_array dst) {
   ferry_status st = ferry__acquire(src, fn, &slot);
   if (st != FERRY_OK) return st;
   size_t bytes = 0;
-  if ((st = check_typed(fn, dst, slot, &bytes)) == FERRY_OK) st = read_bytes(fn, slot, 0, dst.data, bytes);
+  if ((st = check_typed(fn, dst, slot, &bytes)) == FERRY_OK) {
+    ferry_op op = {.kind = FERRY_OP_READ, .fn = fn, .src = slot, .bytes = bytes, .host = dst.data};
+    st = run_now(&op);
+  }
   ferry__release(slot);
   return st;
 }
@@ -208,7 +110,11 @@ ferry_status ferry_host_ptr_to_device(const void *src_ptr, size_t byte_size, fer
   ferry_slot *slot;
   ferry_status st = ferry__acquire(dst, fn, &slot);
   if (st != FERRY_OK) return st;
-  if ((st = check_ptr(fn, src_ptr, byte_size, slot)) == FERRY_OK) st = write_bytes(fn, slot, 0, src_ptr, byte_size);
+  if ((st = check_ptr(fn, src_ptr, byte_size, slot)) == FERRY_OK) {
+    ferry_op op = {
+        .kind = FERRY_OP_WRITE, .fn = fn, .dst = slot, .bytes = byte_size, .host = (void *)(uintptr_t)src_ptr};
+    st = run_now(&op);
+  }
   ferry__release(slot);
   return st;
 }
@@ -218,7 +124,10 @@ ferry_status ferry_device_to_host_ptr(ferry_buffer src, void *dst_ptr, size_t by
   ferry_slot *slot;
   ferry_status st = ferry__acquire(src, fn, &slot);
   if (st != FERRY_OK) return st;
-  if ((st = check_ptr(fn, dst_ptr, byte_size, slot)) == FERRY_OK) st = read_bytes(fn, slot, 0, dst_ptr, byte_size);
+  if ((st = check_ptr(fn, dst_ptr, byte_size, slot)) == FERRY_OK) {
+    ferry_op op = {.kind = FERRY_OP_READ, .fn = fn, .src = slot, .bytes = byte_size, .host = dst_ptr};
+    st = run_now(&op);
+  }
   ferry__release(slot);
   return st;
 }
@@ -240,8 +149,10 @@ ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst) {
   else if (s->length != d->length)
     st = ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: %s has %zu elements, %s has %zu", fn, ferry__buffer_text(s, a),
                      s->length, ferry__buffer_text(d, b), d->length);
-  else
-    st = copy_bytes(fn, s, 0, d, 0, s->bytes);
+  else {
+    ferry_op op = {.kind = FERRY_OP_COPY, .fn = fn, .src = s, .dst = d, .bytes = s->bytes};
+    st = run_now(&op);
+  }
   ferry__release(d);
   ferry__release(s);
   return st;
@@ -255,8 +166,15 @@ ferry_status ferry_write(ferry_buffer dst, size_t dst_offset, const void *src, s
   if ((st = check_range(fn, slot, dst_offset, bytes, "destination")) == FERRY_OK) {
     if (!src && bytes > 0)
       st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: src is NULL but bytes is %zu", fn, bytes);
-    else
-      st = write_bytes(fn, slot, dst_offset, src, bytes);
+    else {
+      ferry_op op = {.kind = FERRY_OP_WRITE,
+                     .fn = fn,
+                     .dst = slot,
+                     .dst_offset = dst_offset,
+                     .bytes = bytes,
+                     .host = (void *)(uintptr_t)src};
+      st = run_now(&op);
+    }
   }
   ferry__release(slot);
   return st;
@@ -270,8 +188,11 @@ ferry_status ferry_read(ferry_buffer src, size_t src_offset, void *dst, size_t b
   if ((st = check_range(fn, slot, src_offset, bytes, "source")) == FERRY_OK) {
     if (!dst && bytes > 0)
       st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: dst is NULL but bytes is %zu", fn, bytes);
-    else
-      st = read_bytes(fn, slot, src_offset, dst, bytes);
+    else {
+      ferry_op op = {
+          .kind = FERRY_OP_READ, .fn = fn, .src = slot, .src_offset = src_offset, .bytes = bytes, .host = dst};
+      st = run_now(&op);
+    }
   }
   ferry__release(slot);
   return st;
@@ -290,9 +211,198 @@ ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, s
   if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
       (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
       (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
-      (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
-    st = copy_bytes(fn, s, src_offset, d, dst_offset, bytes);
+      (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK) {
+    ferry_op op = {.kind = FERRY_OP_COPY,
+                   .fn = fn,
+                   .src = s,
+                   .src_offset = src_offset,
+                   .dst = d,
+                   .dst_offset = dst_offset,
+                   .bytes = bytes};
+    st = run_now(&op);
+  }
   ferry__release(d);
   ferry__release(s);
+  return st;
+}
+
+/* ---- fills ------------------------------------------------------------------------- */
+
+static ferry_status check_fill(const char *fn, const ferry_slot *slot, size_t offset, size_t bytes, const void *pattern,
+                               size_t pattern_size, uint32_t *out_pattern) {
+  if (pattern_size != 1 && pattern_size != 2 && pattern_size != 4)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: pattern_size is %zu; a pattern has 1, 2 or 4 bytes", fn,
+                       pattern_size);
+  if (!pattern && bytes > 0)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: pattern is NULL but bytes is %zu", fn, bytes);
+  ferry_status st = check_range(fn, slot, offset, bytes, "destination");
+  if (st != FERRY_OK) return st;
+  if (offset % pattern_size || bytes % pattern_size)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: dst_offset %zu and bytes %zu must be multiples of the pattern's %zu bytes", fn, offset,
+                       bytes, pattern_size);
+  *out_pattern = 0;
+  if (pattern) memcpy(out_pattern, pattern, pattern_size);
+  return FERRY_OK;
+}
+
+ferry_status ferry_fill(ferry_buffer dst, size_t dst_offset, size_t bytes, const void *pattern, size_t pattern_size) {
+  static const char fn[] = "ferry_fill";
+  ferry_slot *slot;
+  ferry_status st = ferry__acquire(dst, fn, &slot);
+  if (st != FERRY_OK) return st;
+  uint32_t pat = 0;
+  if ((st = check_fill(fn, slot, dst_offset, bytes, pattern, pattern_size, &pat)) == FERRY_OK) {
+    ferry_op op = {.kind = FERRY_OP_FILL,
+                   .fn = fn,
+                   .dst = slot,
+                   .dst_offset = dst_offset,
+                   .bytes = bytes,
+                   .pattern = pat,
+                   .pattern_size = (unsigned)pattern_size};
+    st = run_now(&op);
+  }
+  ferry__release(slot);
+  return st;
+}
+
+/* ---- on a queue -------------------------------------------------------------------- */
+
+/* The queue is of `dev`, or of `other` when given (copies take either end's). */
+static ferry_status check_queue_device(const char *fn, ferry_queue_obj *q, const ferry_slot *slot,
+                                       const ferry_slot *other) {
+  ferry_device *qdev = ferry__queue_device(q);
+  if (qdev == slot->device || (other && qdev == other->device)) return FERRY_OK;
+  char a[512], b[512];
+  if (other)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%s: the queue is one of %s, but the copy is from %s to %s: a copy takes a queue of the "
+                       "source's or the destination's device",
+                       fn, qdev->label, ferry__buffer_text(other, a), ferry__buffer_text(slot, b));
+  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: the queue is one of %s, but %s is on another device", fn,
+                     qdev->label, ferry__buffer_text(slot, a));
+}
+
+/* Enters the gate and takes the queue; on failure nothing is held. */
+static ferry_status queue_begin(ferry_queue queue, const char *fn, ferry_queue_obj **out) {
+  ferry_status st = ferry__enter(fn);
+  if (st != FERRY_OK) return st;
+  if ((st = ferry__queue_acquire(queue, fn, out)) != FERRY_OK) ferry__leave();
+  return st;
+}
+
+static void queue_end(ferry_queue_obj *q) {
+  ferry__queue_unref(q);
+  ferry__leave();
+}
+
+ferry_status ferry_write_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, const void *src, size_t bytes) {
+  static const char fn[] = "ferry_write_async";
+  ferry_queue_obj *q = NULL;
+  ferry_status st = queue_begin(queue, fn, &q);
+  if (st != FERRY_OK) return st;
+  ferry_slot *slot;
+  if ((st = ferry__acquire(dst, fn, &slot)) == FERRY_OK) {
+    if ((st = check_range(fn, slot, dst_offset, bytes, "destination")) == FERRY_OK && !src && bytes > 0)
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: src is NULL but bytes is %zu", fn, bytes);
+    if (st == FERRY_OK) st = check_queue_device(fn, q, slot, NULL);
+    if (st == FERRY_OK) {
+      ferry_op op = {.kind = FERRY_OP_WRITE,
+                     .fn = fn,
+                     .dst = slot,
+                     .dst_offset = dst_offset,
+                     .bytes = bytes,
+                     .host = (void *)(uintptr_t)src};
+      st = ferry__queue_submit(q, &op); /* takes the reference */
+    } else {
+      ferry__release(slot);
+    }
+  }
+  queue_end(q);
+  return st;
+}
+
+ferry_status ferry_read_async(ferry_queue queue, ferry_buffer src, size_t src_offset, void *dst, size_t bytes) {
+  static const char fn[] = "ferry_read_async";
+  ferry_queue_obj *q = NULL;
+  ferry_status st = queue_begin(queue, fn, &q);
+  if (st != FERRY_OK) return st;
+  ferry_slot *slot;
+  if ((st = ferry__acquire(src, fn, &slot)) == FERRY_OK) {
+    if ((st = check_range(fn, slot, src_offset, bytes, "source")) == FERRY_OK && !dst && bytes > 0)
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: dst is NULL but bytes is %zu", fn, bytes);
+    if (st == FERRY_OK) st = check_queue_device(fn, q, slot, NULL);
+    if (st == FERRY_OK) {
+      ferry_op op = {
+          .kind = FERRY_OP_READ, .fn = fn, .src = slot, .src_offset = src_offset, .bytes = bytes, .host = dst};
+      st = ferry__queue_submit(q, &op);
+    } else {
+      ferry__release(slot);
+    }
+  }
+  queue_end(q);
+  return st;
+}
+
+ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
+                              size_t dst_offset, size_t bytes) {
+  static const char fn[] = "ferry_copy_async";
+  ferry_queue_obj *q = NULL;
+  ferry_status st = queue_begin(queue, fn, &q);
+  if (st != FERRY_OK) return st;
+  ferry_slot *s, *d;
+  if ((st = ferry__acquire(src, fn, &s)) == FERRY_OK) {
+    if ((st = ferry__acquire(dst, fn, &d)) != FERRY_OK) {
+      ferry__release(s);
+    } else {
+      if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
+          (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
+          (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
+          (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
+        st = check_queue_device(fn, q, d, s);
+      if (st == FERRY_OK) {
+        ferry_op op = {.kind = FERRY_OP_COPY,
+                       .fn = fn,
+                       .src = s,
+                       .src_offset = src_offset,
+                       .dst = d,
+                       .dst_offset = dst_offset,
+                       .bytes = bytes};
+        st = ferry__queue_submit(q, &op);
+      } else {
+        ferry__release(d);
+        ferry__release(s);
+      }
+    }
+  }
+  queue_end(q);
+  return st;
+}
+
+ferry_status ferry_fill_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, size_t bytes, const void *pattern,
+                              size_t pattern_size) {
+  static const char fn[] = "ferry_fill_async";
+  ferry_queue_obj *q = NULL;
+  ferry_status st = queue_begin(queue, fn, &q);
+  if (st != FERRY_OK) return st;
+  ferry_slot *slot;
+  if ((st = ferry__acquire(dst, fn, &slot)) == FERRY_OK) {
+    uint32_t pat = 0;
+    if ((st = check_fill(fn, slot, dst_offset, bytes, pattern, pattern_size, &pat)) == FERRY_OK)
+      st = check_queue_device(fn, q, slot, NULL);
+    if (st == FERRY_OK) {
+      ferry_op op = {.kind = FERRY_OP_FILL,
+                     .fn = fn,
+                     .dst = slot,
+                     .dst_offset = dst_offset,
+                     .bytes = bytes,
+                     .pattern = pat,
+                     .pattern_size = (unsigned)pattern_size};
+      st = ferry__queue_submit(q, &op);
+    } else {
+      ferry__release(slot);
+    }
+  }
+  queue_end(q);
   return st;
 }

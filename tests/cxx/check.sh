@@ -10,7 +10,7 @@ if ! command -v g++ >/dev/null 2>&1; then
   exit 77
 fi
 mkdir -p "$work"
-sed -n '/^```c$/,/^```$/p' "$src/README.md" | sed '1d;$d' > "$work/readme_example.cpp"
+awk '/^```c$/ { n++; next } /^```$/ { if (n == 1) exit } n == 1' "$src/README.md" > "$work/readme_example.cpp"
 [ -s "$work/readme_example.cpp" ] || { echo "no C example found in README.md"; exit 1; }
 FERRY_BACKENDS=native
 export FERRY_BACKENDS

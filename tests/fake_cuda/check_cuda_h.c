@@ -79,6 +79,20 @@ SAME(FCU_MEMHOSTREGISTER_DEVICEMAP, CU_MEMHOSTREGISTER_DEVICEMAP);
 SAME(FCU_STREAM_DEFAULT, CU_STREAM_DEFAULT);
 SAME(FCU_STREAM_NON_BLOCKING, CU_STREAM_NON_BLOCKING);
 SAME(FCU_EVENT_DISABLE_TIMING, CU_EVENT_DISABLE_TIMING);
+SAME(FCU_STREAM_WAIT_VALUE_GEQ, CU_STREAM_WAIT_VALUE_GEQ);
+
+/* Numbers the fake driver (fake_cuda.c) answers or refuses without a name in
+ * cuda_api.h. */
+SAME(0, CU_EVENT_WAIT_DEFAULT);   /* the one cuStreamWaitEvent flag it accepts */
+SAME(1, CU_STREAM_WAIT_VALUE_EQ); /* cuStreamWaitValue32 flags it refuses: */
+SAME(2, CU_STREAM_WAIT_VALUE_AND);
+SAME(3, CU_STREAM_WAIT_VALUE_NOR);
+SAME(1u << 30, CU_STREAM_WAIT_VALUE_FLUSH);
+SAME(4, CU_EVENT_INTERPROCESS); /* cuEventCreate flags: needs DISABLE_TIMING */
+SAME(1, CU_EVENT_BLOCKING_SYNC);
+SAME(122, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS); /* answered 0 */
+SAME(123, CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR); /* answered 0 */
+SAME(709, CUDA_ERROR_CONTEXT_IS_DESTROYED);
 
 /* Each table member has the type of the symbol it is loaded from. The symbol
  * names are spelled out (not the plain names) so that cuda.h's macros cannot
@@ -129,13 +143,22 @@ SYMBOL_TYPE(cuMemcpyDtoD, cuMemcpyDtoD_v2);
 SYMBOL_TYPE(cuMemcpyHtoDAsync, cuMemcpyHtoDAsync_v2);
 SYMBOL_TYPE(cuMemcpyDtoHAsync, cuMemcpyDtoHAsync_v2);
 SYMBOL_TYPE(cuMemcpyDtoDAsync, cuMemcpyDtoDAsync_v2);
+SYMBOL_TYPE(cuMemcpyPeerAsync, cuMemcpyPeerAsync);
+SYMBOL_TYPE(cuMemsetD8Async, cuMemsetD8Async);
+SYMBOL_TYPE(cuMemsetD16Async, cuMemsetD16Async);
+SYMBOL_TYPE(cuMemsetD32Async, cuMemsetD32Async);
 SYMBOL_TYPE(cuMemcpyPeer, cuMemcpyPeer);
 SYMBOL_TYPE(cuStreamCreate, cuStreamCreate);
 SYMBOL_TYPE(cuStreamDestroy, cuStreamDestroy_v2);
 SYMBOL_TYPE(cuStreamSynchronize, cuStreamSynchronize);
+SYMBOL_TYPE(cuStreamQuery, cuStreamQuery);
+SYMBOL_TYPE(cuStreamWaitEvent, cuStreamWaitEvent);
+SYMBOL_TYPE(cuStreamWaitValue32, cuStreamWaitValue32_v2);
 SYMBOL_TYPE(cuEventCreate, cuEventCreate);
 SYMBOL_TYPE(cuEventRecord, cuEventRecord);
 SYMBOL_TYPE(cuEventSynchronize, cuEventSynchronize);
+SYMBOL_TYPE(cuEventQuery, cuEventQuery);
+SYMBOL_TYPE(cuEventElapsedTime, cuEventElapsedTime_v2);
 SYMBOL_TYPE(cuEventDestroy, cuEventDestroy_v2);
 SYMBOL_TYPE(cuModuleLoadData, cuModuleLoadData);
 SYMBOL_TYPE(cuModuleUnload, cuModuleUnload);

@@ -5,55 +5,45 @@
  *
  * "Device memory" is host memory (a CUdeviceptr is a host address), but the
  * fake keeps the driver's rules where ferry could break them:
- *  - each primary context has a queue worked by a thread of its own: copies
- *    that the real driver runs asynchronously (cuMemcpyDtoD, the *Async calls,
- *    cuMemcpyPeer, a cuMemcpyHtoD from pageable memory into memory without
- *    SYNC_MEMOPS) complete later, after FAKE_CUDA_DELAY_US, so a missing wait
- *    shows up as wrong bytes or as a sanitizer report;
+ *  - every stream, and the legacy stream of each primary context, is a queue
+ *    worked in order by a thread of its own (fake_cuda_streams.c), with CUDA's
+ *    ordering between streams, events and waits; work completes late, after
+ *    FAKE_CUDA_DELAY_US (and FAKE_CUDA_JITTER_US), so a missing wait shows up
+ *    as wrong bytes or as a sanitizer report;
  *  - calls that need a current context fail without one, and memory must
  *    belong to the current context's device;
  *  - pointers are checked against the live allocations and registrations, with
  *    the driver's error codes (CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED on an
  *    overlapping cuMemHostRegister, CUDA_ERROR_OUT_OF_MEMORY past FAKE_CUDA_MEM);
- *  - a sticky error (fake_cuda_make_sticky, or an emulated kernel that reads
- *    out of bounds) fails every later call on that context.
- * fake_cuda.h lists the environment variables and the test-only entry points.
- * It is a test double, not a replacement for a run on a GPU.
+ *  - a sticky error (fake_cuda_make_sticky, an emulated kernel that reads out
+ *    of bounds, queued work whose memory is gone when it runs) fails every
+ *    later call on that context.
+ * This file has the devices, contexts, memory, modules and the test-only entry
+ * points; fake_cuda_streams.c the streams, events and the calls that queue
+ * work. fake_cuda.h lists the environment variables and the test-only entry
+ * points. It is a test double, not a replacement for a run on a GPU.
  */
-#include "fake_cuda.h"
-
-#include "backends/cuda/cuda_api.h"
+#include "fake_cuda_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#define FAKE_API       __attribute__((visibility("default")))
-#define MAX_DEVICES    16
 #define MAX_INJECTIONS 16
 #define CTX_STACK      16
 
-#define FAKE_ERROR_CONTEXT_IS_DESTROYED 709
+/* Device attributes the fake answers that cuda_api.h does not name
+ * (check_cuda_h.c checks the numbers). */
+#define FAKE_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS 122
+#define FAKE_ATTR_CAN_USE_STREAM_WAIT_VALUE_NOR 123
 
 /* ---- configuration ------------------------------------------------------------- */
 
-static struct {
-  int devices;
-  unsigned long long mem;
-  bool peer;
-  int device_base;
-  int init_error;
-  long delay_us;
-  bool kernels, host_misalign, no_sync_memops, strict;
-} cfg;
+FAKE_INTERNAL fake_config cfg;
 
 static unsigned long long env_bytes(const char *name, unsigned long long fallback) {
   const char *s = getenv(name);
@@ -77,9 +67,9 @@ static long env_long(const char *name, long fallback) {
 
 /* ---- the calls' bookkeeping ------------------------------------------------------ */
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* everything below but the queues */
-static _Atomic bool initialized;
-static fake_cuda_counts counts;
+FAKE_INTERNAL pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER; /* everything below but the queues */
+FAKE_INTERNAL _Atomic bool initialized;
+FAKE_INTERNAL fake_cuda_counts counts;
 
 static struct {
   char function[64];
@@ -87,8 +77,7 @@ static struct {
 } injections[MAX_INJECTIONS];
 static _Atomic int injection_count;
 
-static void misuse(const char *function, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void misuse(const char *function, const char *fmt, ...) {
+FAKE_INTERNAL void misuse(const char *function, const char *fmt, ...) {
   pthread_mutex_lock(&lock);
   counts.misuse++;
   pthread_mutex_unlock(&lock);
@@ -102,7 +91,8 @@ static void misuse(const char *function, const char *fmt, ...) {
 }
 
 /* A result injected for this call, or 0. */
-static cu_result injected(const char *function) {
+/* A result injected for this call, or 0. */
+FAKE_INTERNAL cu_result injected(const char *function) {
   if (atomic_load(&injection_count) == 0) return 0;
   cu_result r = 0;
   pthread_mutex_lock(&lock);
@@ -120,44 +110,7 @@ static cu_result injected(const char *function) {
   return r;
 }
 
-#define INJECT(name)                                                                                                   \
-  do {                                                                                                                 \
-    cu_result inj_ = injected(name);                                                                                   \
-    if (inj_) return inj_;                                                                                             \
-  } while (0)
-
-/* ---- contexts and their queues ----------------------------------------------------- */
-
-typedef enum op_kind { OP_COPY, OP_INCREMENT } op_kind;
-
-typedef struct op {
-  struct op *next;
-  op_kind kind;
-  void *dst;
-  const void *src;
-  size_t n;
-  void *owned; /* freed after the operation (a pageable copy's staging) */
-  /* OP_INCREMENT */
-  int32_t *data;
-  unsigned count, grid, block;
-  unsigned long long seq;
-} op;
-
-typedef struct fake_ctx {
-  int ordinal;
-  _Atomic int refs;
-  _Atomic cu_result sticky;
-  bool peer_enabled[MAX_DEVICES];
-  unsigned long long used; /* bytes of device memory */
-  /* the queue */
-  pthread_mutex_t qlock;
-  pthread_cond_t qwake, qdone;
-  op *head, *tail;
-  unsigned long long submitted, completed;
-  bool stop;
-  _Atomic bool running;
-  pthread_t worker;
-} fake_ctx;
+/* ---- contexts ----------------------------------------------------------------------- */
 
 static fake_ctx contexts[MAX_DEVICES];
 
@@ -166,105 +119,23 @@ static _Thread_local int ctx_depth;
 
 static fake_ctx *current_ctx(void) { return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL; }
 
-static void sleep_us(long us) {
+FAKE_INTERNAL void sleep_us(long us) {
   if (us <= 0) return;
   struct timespec t = {.tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000};
   nanosleep(&t, NULL);
 }
 
-static void run_op(op *o) {
-  switch (o->kind) {
-  case OP_COPY: memmove(o->dst, o->src, o->n); break;
-  case OP_INCREMENT:
-    for (unsigned b = 0; b < o->grid; b++)
-      for (unsigned t = 0; t < o->block; t++) {
-        unsigned long long i = (unsigned long long)b * o->block + t;
-        if (i < o->count) o->data[i] += 1;
-      }
-    break;
-  }
-  free(o->owned);
-}
-
-static void *worker_main(void *arg) {
-  fake_ctx *c = arg;
-  pthread_mutex_lock(&c->qlock);
-  for (;;) {
-    while (!c->head && !c->stop)
-      pthread_cond_wait(&c->qwake, &c->qlock);
-    if (!c->head && c->stop) break;
-    op *o = c->head;
-    pthread_mutex_unlock(&c->qlock);
-    sleep_us(cfg.delay_us);
-    run_op(o);
-    pthread_mutex_lock(&c->qlock);
-    c->head = o->next;
-    if (!c->head) c->tail = NULL;
-    c->completed = o->seq;
-    free(o);
-    pthread_cond_broadcast(&c->qdone);
-  }
-  pthread_mutex_unlock(&c->qlock);
-  return NULL;
-}
-
-/* Queues an operation; returns its sequence number (0 when out of memory). */
-static unsigned long long enqueue(fake_ctx *c, const op *proto) {
-  op *o = malloc(sizeof *o);
-  if (!o) return 0;
-  *o = *proto;
-  o->next = NULL;
-  pthread_mutex_lock(&c->qlock);
-  unsigned long long seq = o->seq = ++c->submitted;
-  if (c->tail)
-    c->tail->next = o;
-  else
-    c->head = o;
-  c->tail = o;
-  pthread_cond_signal(&c->qwake);
-  pthread_mutex_unlock(&c->qlock); /* from here on the worker may have freed o */
-  return seq;
-}
-
-static unsigned long long submitted_now(fake_ctx *c) {
-  pthread_mutex_lock(&c->qlock);
-  unsigned long long s = c->submitted;
-  pthread_mutex_unlock(&c->qlock);
-  return s;
-}
-
-static void wait_seq(fake_ctx *c, unsigned long long seq) {
-  pthread_mutex_lock(&c->qlock);
-  while (c->completed < seq)
-    pthread_cond_wait(&c->qdone, &c->qlock);
-  pthread_mutex_unlock(&c->qlock);
-}
-
-static void drain(fake_ctx *c) { wait_seq(c, submitted_now(c)); }
-
-static void drain_all(void) {
+FAKE_INTERNAL void drain_all(void) {
   for (int i = 0; i < MAX_DEVICES; i++)
-    if (contexts[i].running) drain(&contexts[i]);
+    if (contexts[i].running) fake_drain_ctx(&contexts[i]);
 }
 
 /* ---- memory regions ---------------------------------------------------------------- */
 
-typedef enum region_kind { R_DEVICE, R_PINNED, R_REGISTERED } region_kind;
-
-typedef struct region {
-  region_kind kind;
-  uintptr_t start;
-  size_t size;
-  void *base; /* what to free */
-  fake_ctx *ctx;
-  bool sync_memops;
-} region;
-
 static region *regions;
 static size_t region_count, region_capacity;
 
-/* With `lock` held: the region holding [p, p + n), or NULL. */
-static region *find_region(uintptr_t p, size_t n) {
+FAKE_INTERNAL region *find_region(uintptr_t p, size_t n) {
   for (size_t i = 0; i < region_count; i++) {
     region *r = &regions[i];
     if (p >= r->start && p - r->start < r->size && n <= r->size - (p - r->start)) return r;
@@ -288,8 +159,7 @@ static void remove_region(region *r) { *r = regions[--region_count]; }
 
 /* ---- common checks ---------------------------------------------------------------------- */
 
-/* The current context, or an error: not initialised, none current, sticky. */
-static cu_result need_ctx(const char *function, fake_ctx **out) {
+FAKE_INTERNAL cu_result need_ctx(const char *function, fake_ctx **out) {
   *out = NULL; /* set on every path, so that callers' compilers see it written */
   if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
   fake_ctx *c = current_ctx();
@@ -306,14 +176,8 @@ static cu_result need_ctx(const char *function, fake_ctx **out) {
   return FCU_SUCCESS;
 }
 
-/* Kinds of pointer a copy accepts on each side. */
-enum { SIDE_HOST = 1, SIDE_DEVICE = 2 };
-
-/* Checks one side of a copy. Device side: memory of the context `c` (or mapped
- * host memory). Host side: anything but device memory. Sets *pinned when the
- * host range is page-locked, *memops when a device range has SYNC_MEMOPS. */
-static cu_result check_side(const char *function, fake_ctx *c, uintptr_t p, size_t n, int side, bool *pinned,
-                            bool *memops) {
+FAKE_INTERNAL cu_result check_side(const char *function, fake_ctx *c, uintptr_t p, size_t n, int side, bool *pinned,
+                                   bool *memops) {
   pthread_mutex_lock(&lock);
   region *r = find_region(p, n);
   cu_result res = FCU_SUCCESS;
@@ -345,22 +209,9 @@ static cu_result check_side(const char *function, fake_ctx *c, uintptr_t p, size
   return res;
 }
 
-/* ---- streams, events, modules ------------------------------------------------------------ */
+/* ---- modules ----------------------------------------------------------------------------------- */
 
-#define STREAM_MAGIC 0x5354524dU
-#define EVENT_MAGIC  0x45564e54U
 #define MODULE_MAGIC 0x4d4f444cU
-
-struct cu_stream_st {
-  unsigned magic;
-  fake_ctx *ctx;
-};
-
-struct cu_event_st {
-  unsigned magic;
-  fake_ctx *ctx;
-  unsigned long long seq;
-};
 
 struct cu_func_st {
   char name[64];
@@ -372,24 +223,6 @@ struct cu_mod_st {
   int count;
   struct cu_func_st functions[8];
 };
-
-/* The queue a stream argument names, checked against the current context. */
-static cu_result stream_ctx(const char *function, fake_ctx *c, cu_stream s, fake_ctx **out) {
-  if (s == NULL || s == (cu_stream)(uintptr_t)1 || s == (cu_stream)(uintptr_t)2) {
-    *out = c;
-    return FCU_SUCCESS;
-  }
-  if (s->magic != STREAM_MAGIC) {
-    misuse(function, "not a live stream");
-    return FCU_ERROR_INVALID_HANDLE;
-  }
-  if (s->ctx != c) {
-    misuse(function, "stream of device %d used while device %d's context is current", s->ctx->ordinal, c->ordinal);
-    return FCU_ERROR_INVALID_HANDLE;
-  }
-  *out = c;
-  return FCU_SUCCESS;
-}
 
 /* ---- error names ------------------------------------------------------------------------- */
 
@@ -472,6 +305,8 @@ FAKE_API cu_result cuInit(unsigned int flags) {
     cfg.device_base = (int)env_long("FAKE_CUDA_DEVICE_BASE", 0);
     cfg.init_error = (int)env_long("FAKE_CUDA_INIT_ERROR", 0);
     cfg.delay_us = env_long("FAKE_CUDA_DELAY_US", 0);
+    cfg.jitter_us = env_long("FAKE_CUDA_JITTER_US", 0);
+    cfg.no_wait_value = env_long("FAKE_CUDA_NO_WAIT_VALUE", 0) != 0;
     cfg.kernels = env_long("FAKE_CUDA_KERNELS", 0) != 0;
     cfg.host_misalign = env_long("FAKE_CUDA_HOST_MISALIGN", 0) != 0;
     cfg.no_sync_memops = env_long("FAKE_CUDA_NO_SYNC_MEMOPS", 0) != 0;
@@ -566,6 +401,9 @@ FAKE_API cu_result cuDeviceGetAttribute(int *value, cu_device_attribute attrib, 
   case FCU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
   case FCU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: *value = 1; break;
   case FCU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = 0x10 + o; break;
+  /* cuStreamWaitValue32 with CU_STREAM_WAIT_VALUE_GEQ, EQ and AND only */
+  case FAKE_ATTR_CAN_USE_64_BIT_STREAM_MEM_OPS:
+  case FAKE_ATTR_CAN_USE_STREAM_WAIT_VALUE_NOR: *value = 0; break;
   default: *value = 0; break;
   }
   return FCU_SUCCESS;
@@ -595,13 +433,7 @@ FAKE_API cu_result cuDevicePrimaryCtxRetain(cu_context *ctx, cu_device dev) {
     c->sticky = 0;
     c->used = 0;
     memset(c->peer_enabled, 0, sizeof c->peer_enabled);
-    pthread_mutex_init(&c->qlock, NULL);
-    pthread_cond_init(&c->qwake, NULL);
-    pthread_cond_init(&c->qdone, NULL);
-    c->head = c->tail = NULL;
-    c->submitted = c->completed = 0;
-    c->stop = false;
-    c->running = pthread_create(&c->worker, NULL, worker_main, c) == 0;
+    c->running = fake_streams_start(c);
     counts.contexts_retained++;
   }
   bool ok = c->running;
@@ -630,8 +462,7 @@ FAKE_API cu_result cuDevicePrimaryCtxRelease_v2(cu_device dev) {
   return FCU_SUCCESS;
 }
 
-/* Converts a CUcontext argument; NULL when it is not one of ours. */
-static fake_ctx *as_ctx(cu_context ctx) {
+FAKE_INTERNAL fake_ctx *as_ctx(cu_context ctx) {
   fake_ctx *c = (fake_ctx *)(void *)ctx;
   return c >= &contexts[0] && c < &contexts[MAX_DEVICES] ? c : NULL;
 }
@@ -680,7 +511,7 @@ FAKE_API cu_result cuCtxSynchronize(void) {
   fake_ctx *c;
   cu_result r = need_ctx("cuCtxSynchronize", &c);
   if (r) return r;
-  drain(c);
+  fake_drain_ctx(c); /* every stream of the context */
   return c->sticky;
 }
 
@@ -744,11 +575,13 @@ FAKE_API cu_result cuMemFree_v2(cu_deviceptr dptr) {
   fake_ctx *c;
   cu_result r = need_ctx("cuMemFree_v2", &c);
   if (r) return r;
-  drain(c); /* cuMemFree waits for work that may use the memory */
+  fake_drain_ctx(c); /* cuMemFree waits for the context's work, which may use the memory */
+  fake_memory_lock();
   pthread_mutex_lock(&lock);
   region *reg = find_region((uintptr_t)dptr, 1);
   if (!reg || reg->kind != R_DEVICE || reg->start != (uintptr_t)dptr || reg->ctx != c) {
     pthread_mutex_unlock(&lock);
+    fake_memory_unlock();
     misuse("cuMemFree_v2", "0x%llx is not the start of an allocation of the current context", dptr);
     return FCU_ERROR_INVALID_VALUE;
   }
@@ -757,12 +590,13 @@ FAKE_API cu_result cuMemFree_v2(cu_deviceptr dptr) {
   remove_region(reg);
   counts.device_allocations--;
   pthread_mutex_unlock(&lock);
+  fake_memory_unlock();
   return FCU_SUCCESS;
 }
 
 /* ---- pinned and registered host memory --------------------------------------------------------- */
 
-static cu_result host_alloc(const char *function, void **ptr, size_t bytes) {
+static cu_result host_alloc(const char *function, void **ptr, size_t bytes, bool devicemap) {
   fake_ctx *c;
   cu_result r = need_ctx(function, &c);
   if (r) return r;
@@ -774,7 +608,8 @@ static cu_result host_alloc(const char *function, void **ptr, size_t bytes) {
   if (!base) return FCU_ERROR_OUT_OF_MEMORY;
   void *p = (char *)base + shift;
   pthread_mutex_lock(&lock);
-  bool ok = add_region((region){.kind = R_PINNED, .start = (uintptr_t)p, .size = bytes, .base = base, .ctx = c});
+  bool ok = add_region(
+      (region){.kind = R_PINNED, .start = (uintptr_t)p, .size = bytes, .base = base, .ctx = c, .devicemap = devicemap});
   if (ok) counts.pinned_blocks++;
   pthread_mutex_unlock(&lock);
   if (!ok) {
@@ -788,12 +623,12 @@ static cu_result host_alloc(const char *function, void **ptr, size_t bytes) {
 FAKE_API cu_result cuMemHostAlloc(void **ptr, size_t bytes, unsigned int flags) {
   INJECT("cuMemHostAlloc");
   if (flags & ~0x7u) return FCU_ERROR_INVALID_VALUE;
-  return host_alloc("cuMemHostAlloc", ptr, bytes);
+  return host_alloc("cuMemHostAlloc", ptr, bytes, (flags & FCU_MEMHOSTALLOC_DEVICEMAP) != 0);
 }
 
 FAKE_API cu_result cuMemAllocHost_v2(void **ptr, size_t bytes) {
   INJECT("cuMemAllocHost_v2");
-  return host_alloc("cuMemAllocHost_v2", ptr, bytes);
+  return host_alloc("cuMemAllocHost_v2", ptr, bytes, false);
 }
 
 FAKE_API cu_result cuMemFreeHost(void *ptr) {
@@ -802,10 +637,12 @@ FAKE_API cu_result cuMemFreeHost(void *ptr) {
   cu_result r = need_ctx("cuMemFreeHost", &c);
   if (r) return r;
   drain_all();
+  fake_memory_lock();
   pthread_mutex_lock(&lock);
   region *reg = find_region((uintptr_t)ptr, 1);
   if (!reg || reg->kind != R_PINNED || reg->start != (uintptr_t)ptr) {
     pthread_mutex_unlock(&lock);
+    fake_memory_unlock();
     misuse("cuMemFreeHost", "%p is not a block from cuMemHostAlloc", ptr);
     return FCU_ERROR_INVALID_VALUE;
   }
@@ -813,6 +650,7 @@ FAKE_API cu_result cuMemFreeHost(void *ptr) {
   remove_region(reg);
   counts.pinned_blocks--;
   pthread_mutex_unlock(&lock);
+  fake_memory_unlock();
   return FCU_SUCCESS;
 }
 
@@ -831,7 +669,12 @@ FAKE_API cu_result cuMemHostRegister_v2(void *ptr, size_t bytes, unsigned int fl
       return FCU_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
   }
-  bool ok = add_region((region){.kind = R_REGISTERED, .start = start, .size = bytes, .base = NULL, .ctx = c});
+  bool ok = add_region((region){.kind = R_REGISTERED,
+                                .start = start,
+                                .size = bytes,
+                                .base = NULL,
+                                .ctx = c,
+                                .devicemap = (flags & FCU_MEMHOSTREGISTER_DEVICEMAP) != 0});
   if (ok) counts.registered_ranges++;
   pthread_mutex_unlock(&lock);
   return ok ? FCU_SUCCESS : FCU_ERROR_OUT_OF_MEMORY;
@@ -843,16 +686,19 @@ FAKE_API cu_result cuMemHostUnregister(void *ptr) {
   cu_result r = need_ctx("cuMemHostUnregister", &c);
   if (r) return r;
   drain_all();
+  fake_memory_lock();
   pthread_mutex_lock(&lock);
   region *reg = find_region((uintptr_t)ptr, 1);
   if (!reg || reg->kind != R_REGISTERED || reg->start != (uintptr_t)ptr) {
     pthread_mutex_unlock(&lock);
+    fake_memory_unlock();
     return FCU_ERROR_HOST_MEMORY_NOT_REGISTERED;
   }
   remove_region(reg);
   counts.registered_ranges--;
   counts.unregisters++;
   pthread_mutex_unlock(&lock);
+  fake_memory_unlock();
   return FCU_SUCCESS;
 }
 
@@ -865,6 +711,7 @@ FAKE_API cu_result cuMemHostGetDevicePointer_v2(cu_deviceptr *dptr, void *ptr, u
   pthread_mutex_lock(&lock);
   region *reg = find_region((uintptr_t)ptr, 1);
   bool ok = reg && reg->kind != R_DEVICE;
+  if (ok && reg->devicemap) reg->device_pointer = true; /* what cuStreamWaitValue32 asks of its word */
   pthread_mutex_unlock(&lock);
   if (!ok) return FCU_ERROR_INVALID_VALUE;
   *dptr = (cu_deviceptr)(uintptr_t)ptr; /* unified addressing: the same address */
@@ -943,255 +790,6 @@ FAKE_API cu_result cuPointerSetAttribute(const void *value, cu_pointer_attribute
   return reg ? FCU_SUCCESS : FCU_ERROR_INVALID_VALUE;
 }
 
-/* ---- copies ------------------------------------------------------------------------------------- */
-
-FAKE_API cu_result cuMemcpyHtoD_v2(cu_deviceptr dst, const void *src, size_t bytes) {
-  INJECT("cuMemcpyHtoD_v2");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuMemcpyHtoD_v2", &c);
-  if (r) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  bool pinned = false, memops = false;
-  if ((r = check_side("cuMemcpyHtoD_v2", c, (uintptr_t)dst, bytes, SIDE_DEVICE, NULL, &memops)) ||
-      (r = check_side("cuMemcpyHtoD_v2", c, (uintptr_t)src, bytes, SIDE_HOST, &pinned, NULL)))
-    return r;
-  op o = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = src, .n = bytes};
-  if (pinned || memops) {
-    unsigned long long seq = enqueue(c, &o);
-    if (!seq) return FCU_ERROR_OUT_OF_MEMORY;
-    wait_seq(c, seq);
-    return c->sticky;
-  }
-  /* From pageable memory: staged at once, landed later. */
-  void *staging = malloc(bytes);
-  if (!staging) return FCU_ERROR_OUT_OF_MEMORY;
-  memcpy(staging, src, bytes);
-  o.src = o.owned = staging;
-  if (!enqueue(c, &o)) {
-    free(staging);
-    return FCU_ERROR_OUT_OF_MEMORY;
-  }
-  pthread_mutex_lock(&lock);
-  counts.pageable_h2d++;
-  pthread_mutex_unlock(&lock);
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuMemcpyDtoH_v2(void *dst, cu_deviceptr src, size_t bytes) {
-  INJECT("cuMemcpyDtoH_v2");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuMemcpyDtoH_v2", &c);
-  if (r) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  if ((r = check_side("cuMemcpyDtoH_v2", c, (uintptr_t)src, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyDtoH_v2", c, (uintptr_t)dst, bytes, SIDE_HOST, NULL, NULL)))
-    return r;
-  op o = {.kind = OP_COPY, .dst = dst, .src = (const void *)(uintptr_t)src, .n = bytes};
-  unsigned long long seq = enqueue(c, &o);
-  if (!seq) return FCU_ERROR_OUT_OF_MEMORY;
-  wait_seq(c, seq); /* device to host is complete on return */
-  return c->sticky;
-}
-
-FAKE_API cu_result cuMemcpyDtoD_v2(cu_deviceptr dst, cu_deviceptr src, size_t bytes) {
-  INJECT("cuMemcpyDtoD_v2");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuMemcpyDtoD_v2", &c);
-  if (r) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  if ((r = check_side("cuMemcpyDtoD_v2", c, (uintptr_t)src, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyDtoD_v2", c, (uintptr_t)dst, bytes, SIDE_DEVICE, NULL, NULL)))
-    return r;
-  if (src < dst + bytes && dst < src + bytes && src != dst) {
-    misuse("cuMemcpyDtoD_v2", "overlapping ranges (undefined on a GPU)");
-    return FCU_ERROR_INVALID_VALUE;
-  }
-  op o = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = (const void *)(uintptr_t)src, .n = bytes};
-  return enqueue(c, &o) ? FCU_SUCCESS : FCU_ERROR_OUT_OF_MEMORY; /* returns before the copy is done */
-}
-
-FAKE_API cu_result cuMemcpyHtoDAsync_v2(cu_deviceptr dst, const void *src, size_t bytes, cu_stream stream) {
-  INJECT("cuMemcpyHtoDAsync_v2");
-  fake_ctx *c, *q;
-  cu_result r = need_ctx("cuMemcpyHtoDAsync_v2", &c);
-  if (r) return r;
-  if ((r = stream_ctx("cuMemcpyHtoDAsync_v2", c, stream, &q))) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  bool pinned = false;
-  if ((r = check_side("cuMemcpyHtoDAsync_v2", c, (uintptr_t)dst, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyHtoDAsync_v2", c, (uintptr_t)src, bytes, SIDE_HOST, &pinned, NULL)))
-    return r;
-  op o = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = src, .n = bytes};
-  if (!pinned) { /* pageable: staged at once, as the driver does */
-    void *staging = malloc(bytes);
-    if (!staging) return FCU_ERROR_OUT_OF_MEMORY;
-    memcpy(staging, src, bytes);
-    o.src = o.owned = staging;
-  }
-  if (!enqueue(q, &o)) {
-    free(o.owned);
-    return FCU_ERROR_OUT_OF_MEMORY;
-  }
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuMemcpyDtoHAsync_v2(void *dst, cu_deviceptr src, size_t bytes, cu_stream stream) {
-  INJECT("cuMemcpyDtoHAsync_v2");
-  fake_ctx *c, *q;
-  cu_result r = need_ctx("cuMemcpyDtoHAsync_v2", &c);
-  if (r) return r;
-  if ((r = stream_ctx("cuMemcpyDtoHAsync_v2", c, stream, &q))) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  bool pinned = false;
-  if ((r = check_side("cuMemcpyDtoHAsync_v2", c, (uintptr_t)src, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyDtoHAsync_v2", c, (uintptr_t)dst, bytes, SIDE_HOST, &pinned, NULL)))
-    return r;
-  op o = {.kind = OP_COPY, .dst = dst, .src = (const void *)(uintptr_t)src, .n = bytes};
-  unsigned long long seq = enqueue(q, &o);
-  if (!seq) return FCU_ERROR_OUT_OF_MEMORY;
-  if (!pinned) wait_seq(q, seq); /* to pageable memory the driver waits */
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuMemcpyDtoDAsync_v2(cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream stream) {
-  INJECT("cuMemcpyDtoDAsync_v2");
-  fake_ctx *c, *q;
-  cu_result r = need_ctx("cuMemcpyDtoDAsync_v2", &c);
-  if (r) return r;
-  if ((r = stream_ctx("cuMemcpyDtoDAsync_v2", c, stream, &q))) return r;
-  if (bytes == 0) return FCU_SUCCESS;
-  if ((r = check_side("cuMemcpyDtoDAsync_v2", c, (uintptr_t)src, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyDtoDAsync_v2", c, (uintptr_t)dst, bytes, SIDE_DEVICE, NULL, NULL)))
-    return r;
-  op o = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = (const void *)(uintptr_t)src, .n = bytes};
-  return enqueue(q, &o) ? FCU_SUCCESS : FCU_ERROR_OUT_OF_MEMORY;
-}
-
-FAKE_API cu_result cuMemcpyPeer(cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx,
-                                size_t bytes) {
-  INJECT("cuMemcpyPeer");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuMemcpyPeer", &c);
-  if (r) return r;
-  fake_ctx *dc = as_ctx(dst_ctx), *sc = as_ctx(src_ctx);
-  if (!dc || !sc || dc->refs == 0 || sc->refs == 0) return FCU_ERROR_INVALID_CONTEXT;
-  if (dc->sticky) return dc->sticky;
-  if (sc->sticky) return sc->sticky;
-  if (bytes == 0) return FCU_SUCCESS;
-  if ((r = check_side("cuMemcpyPeer", sc, (uintptr_t)src, bytes, SIDE_DEVICE, NULL, NULL)) ||
-      (r = check_side("cuMemcpyPeer", dc, (uintptr_t)dst, bytes, SIDE_DEVICE, NULL, NULL)))
-    return r;
-  /* Serialised with the work already queued on both contexts; returns before
-   * the copy is done. */
-  drain(sc);
-  op o = {.kind = OP_COPY, .dst = (void *)(uintptr_t)dst, .src = (const void *)(uintptr_t)src, .n = bytes};
-  if (!enqueue(c, &o)) return FCU_ERROR_OUT_OF_MEMORY;
-  pthread_mutex_lock(&lock);
-  counts.peer_copies++;
-  pthread_mutex_unlock(&lock);
-  return FCU_SUCCESS;
-}
-
-/* ---- streams and events --------------------------------------------------------------------------- */
-
-FAKE_API cu_result cuStreamCreate(cu_stream *stream, unsigned int flags) {
-  INJECT("cuStreamCreate");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuStreamCreate", &c);
-  if (r) return r;
-  if (!stream || flags > 1) return FCU_ERROR_INVALID_VALUE;
-  struct cu_stream_st *s = malloc(sizeof *s);
-  if (!s) return FCU_ERROR_OUT_OF_MEMORY;
-  s->magic = STREAM_MAGIC;
-  s->ctx = c;
-  pthread_mutex_lock(&lock);
-  counts.streams++;
-  pthread_mutex_unlock(&lock);
-  *stream = s;
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuStreamDestroy_v2(cu_stream stream) {
-  INJECT("cuStreamDestroy_v2");
-  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
-  if (!stream || stream->magic != STREAM_MAGIC) return FCU_ERROR_INVALID_HANDLE;
-  drain(stream->ctx);
-  stream->magic = 0;
-  free(stream);
-  pthread_mutex_lock(&lock);
-  counts.streams--;
-  pthread_mutex_unlock(&lock);
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuStreamSynchronize(cu_stream stream) {
-  INJECT("cuStreamSynchronize");
-  fake_ctx *c, *q;
-  cu_result r = need_ctx("cuStreamSynchronize", &c);
-  if (r) return r;
-  if ((r = stream_ctx("cuStreamSynchronize", c, stream, &q))) return r;
-  drain(q);
-  return q->sticky;
-}
-
-FAKE_API cu_result cuEventCreate(cu_event *event, unsigned int flags) {
-  INJECT("cuEventCreate");
-  fake_ctx *c;
-  cu_result r = need_ctx("cuEventCreate", &c);
-  if (r) return r;
-  if (!event || (flags & ~0x7u)) return FCU_ERROR_INVALID_VALUE;
-  struct cu_event_st *e = malloc(sizeof *e);
-  if (!e) return FCU_ERROR_OUT_OF_MEMORY;
-  e->magic = EVENT_MAGIC;
-  e->ctx = c;
-  e->seq = 0;
-  pthread_mutex_lock(&lock);
-  counts.events++;
-  pthread_mutex_unlock(&lock);
-  *event = e;
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuEventRecord(cu_event event, cu_stream stream) {
-  INJECT("cuEventRecord");
-  fake_ctx *c, *q;
-  cu_result r = need_ctx("cuEventRecord", &c);
-  if (r) return r;
-  if (!event || event->magic != EVENT_MAGIC) return FCU_ERROR_INVALID_HANDLE;
-  if ((r = stream_ctx("cuEventRecord", c, stream, &q))) return r;
-  if (event->ctx != q) {
-    misuse("cuEventRecord", "event of device %d recorded on device %d's stream", event->ctx->ordinal, q->ordinal);
-    return FCU_ERROR_INVALID_HANDLE;
-  }
-  pthread_mutex_lock(&q->qlock);
-  event->seq = q->submitted;
-  pthread_mutex_unlock(&q->qlock);
-  return FCU_SUCCESS;
-}
-
-FAKE_API cu_result cuEventSynchronize(cu_event event) {
-  INJECT("cuEventSynchronize");
-  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
-  if (!event || event->magic != EVENT_MAGIC) return FCU_ERROR_INVALID_HANDLE;
-  pthread_mutex_lock(&event->ctx->qlock);
-  unsigned long long seq = event->seq;
-  pthread_mutex_unlock(&event->ctx->qlock);
-  wait_seq(event->ctx, seq);
-  return event->ctx->sticky;
-}
-
-FAKE_API cu_result cuEventDestroy_v2(cu_event event) {
-  INJECT("cuEventDestroy_v2");
-  if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
-  if (!event || event->magic != EVENT_MAGIC) return FCU_ERROR_INVALID_HANDLE;
-  event->magic = 0;
-  free(event);
-  pthread_mutex_lock(&lock);
-  counts.events--;
-  pthread_mutex_unlock(&lock);
-  return FCU_SUCCESS;
-}
-
 /* ---- modules and the one kernel the fake can run ---------------------------------------------------- */
 
 #define INCREMENT_KERNEL "ferry_increment_i32"
@@ -1230,7 +828,7 @@ FAKE_API cu_result cuModuleLoadData(cu_module *module, const void *image) {
 FAKE_API cu_result cuModuleUnload(cu_module module) {
   INJECT("cuModuleUnload");
   if (!module || module->magic != MODULE_MAGIC) return FCU_ERROR_INVALID_HANDLE;
-  drain(module->ctx);
+  fake_drain_ctx(module->ctx);
   module->magic = 0;
   free(module);
   pthread_mutex_lock(&lock);
@@ -1254,10 +852,9 @@ FAKE_API cu_result cuLaunchKernel(cu_function fn, unsigned int grid_x, unsigned 
                                   unsigned int block_x, unsigned int block_y, unsigned int block_z,
                                   unsigned int shared_bytes, cu_stream stream, void **params, void **extra) {
   INJECT("cuLaunchKernel");
-  fake_ctx *c, *q;
+  fake_ctx *c;
   cu_result r = need_ctx("cuLaunchKernel", &c);
   if (r) return r;
-  if ((r = stream_ctx("cuLaunchKernel", c, stream, &q))) return r;
   if (!fn || extra || !params || grid_x == 0 || block_x == 0 || block_x > 1024 || grid_y != 1 || grid_z != 1 ||
       block_y != 1 || block_z != 1 || shared_bytes > 48 * 1024)
     return FCU_ERROR_INVALID_VALUE;
@@ -1267,36 +864,27 @@ FAKE_API cu_result cuLaunchKernel(cu_function fn, unsigned int grid_x, unsigned 
   /* The threads that pass the bounds check touch data[0 .. min(count, threads)). */
   unsigned long long threads = (unsigned long long)grid_x * block_x;
   unsigned long long touched = threads < count ? threads : count;
+  bool fault = false;
   if (touched > 0) {
     pthread_mutex_lock(&lock);
     region *reg = find_region((uintptr_t)data, (size_t)touched * 4);
-    bool ok = reg && (reg->kind != R_DEVICE || reg->ctx == c);
+    fault = !reg || (reg->kind == R_DEVICE && reg->ctx != c);
     pthread_mutex_unlock(&lock);
-    if (!ok) { /* the kernel faults: the context is lost */
-      c->sticky = FCU_ERROR_ILLEGAL_ADDRESS;
-      return FCU_SUCCESS; /* as on a GPU, the fault shows at the next synchronisation */
-    }
   }
-  op o = {.kind = OP_INCREMENT, .data = (int32_t *)(uintptr_t)data, .count = count, .grid = grid_x, .block = block_x};
-  return enqueue(q, &o) ? FCU_SUCCESS : FCU_ERROR_OUT_OF_MEMORY;
+  /* A kernel that faults loses the context when it runs: as on a GPU, the
+   * launch succeeds and the fault shows at a later call. */
+  return fake_launch_increment("cuLaunchKernel", c, stream, (int32_t *)(uintptr_t)data, count, grid_x, block_x,
+                               (size_t)touched * 4, fault);
 }
 
 /* ---- context destruction --------------------------------------------------------------------------- */
 
 static void ctx_destroy(fake_ctx *c) {
-  drain(c);
-  pthread_mutex_lock(&c->qlock);
-  c->stop = true;
-  pthread_cond_broadcast(&c->qwake);
-  pthread_mutex_unlock(&c->qlock);
-  pthread_join(c->worker, NULL);
-  c->running = false;
-  pthread_mutex_destroy(&c->qlock);
-  pthread_cond_destroy(&c->qwake);
-  pthread_cond_destroy(&c->qdone);
   /* What the context still owned goes with it, as on a real driver; ferry
    * should have released all of it. */
-  long leaked = 0;
+  long leaked = fake_streams_stop(c);
+  c->running = false;
+  fake_memory_lock();
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < region_count;) {
     region *reg = &regions[i];
@@ -1323,8 +911,10 @@ static void ctx_destroy(fake_ctx *c) {
     regions = NULL;
     region_capacity = 0;
   }
-  bool abort_now = cfg.strict && leaked > 0;
+  bool abort_now = cfg.strict && leaked > 0, last = counts.contexts_retained == 0;
   pthread_mutex_unlock(&lock);
+  fake_memory_unlock();
+  if (last) fake_streams_release_handles();
   if (abort_now) {
     fprintf(stderr, "fake_cuda: FAKE_CUDA_STRICT: %ld resources leaked\n", leaked);
     abort();

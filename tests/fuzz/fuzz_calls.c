@@ -5,7 +5,8 @@
  * Each input is a program: its bytes choose the calls (allocations of the four
  * kinds, free, typed, _ptr and byte-range transfers, copies within and between
  * buffers and devices, stale and made-up handles, shutdown and a new session)
- * and their arguments, valid ones mostly and each way of being wrong sometimes.
+ * and their arguments, valid ones mostly and each way of being wrong sometimes,
+ * and bursts of asynchronous operations on queues, taken by the model in order.
  * The model knows what every call must return (the order of checks in
  * docs/API.md) and what every buffer and every host array must then hold; the
  * first difference aborts with the whole call sequence, so a crash file is a
@@ -129,6 +130,8 @@ static struct {
   ferry_device_info info[MAX_DEVICES];
 } S;
 static model_buffer bufs[MAX_BUFFERS];
+/* One queue per device besides the default, made on first use in a session (queue bursts). */
+static ferry_queue own_queue[MAX_DEVICES];
 static ferry_buffer stale[MAX_STALE];
 static size_t stale_count, stale_next;
 static arena arenas[MAX_ARENAS];
@@ -389,6 +392,7 @@ static void session_end(const char *why) {
   }
   ferry_shutdown();
   S.started = false;
+  memset(own_queue, 0, sizeof own_queue); /* stale with the session */
   check_arenas();
 }
 
@@ -1033,6 +1037,230 @@ static void call_arm_fault(void) {
        ferry_status_name(armed_status));
 }
 
+/* ---- queues ------------------------------------------------------------------------------ */
+
+typedef struct touched_range {
+  model_buffer *b;
+  size_t off, n;
+} touched_range;
+
+/* What an asynchronous read must bring, checked once its queue is done. */
+typedef struct pending_read {
+  uint8_t *host, *want, *known;
+  size_t n;
+  int buffer_name;
+  size_t off;
+} pending_read;
+
+/* A buffer of device d, or of any device when d is MAX_DEVICES. */
+static model_buffer *live_buffer_on(size_t d) {
+  int start = (int)pick(MAX_BUFFERS);
+  for (int k = 0; k < MAX_BUFFERS; k++) {
+    model_buffer *b = &bufs[(start + k) % MAX_BUFFERS];
+    if (b->live && (d == MAX_DEVICES || b->dev == d)) return b;
+  }
+  return NULL;
+}
+
+/* A valid byte range of `size` bytes, now and then an empty one at the end. */
+static void valid_range(size_t size, size_t *off, size_t *n) {
+  *off = size ? take32() % (size + 1) : 0;
+  *n = size - *off ? take32() % (size - *off + 1) : 0;
+  if (pick(16) == 0) *off = size, *n = 0;
+}
+
+/* A burst of asynchronous operations on one queue of one device (its default
+ * queue or another), in order: writes from, and reads into, host memory of
+ * their own, copies (to or from any device), fills, now and then an invalid
+ * one (refused at once, submitting nothing), a free of a buffer the queue still
+ * uses, and an event recorded and waited for on the other queue; then the
+ * queue is synchronised in one of the ways there are (the queue, an event, the
+ * device, or, for the default queue, a synchronous call on the device), and
+ * every read is checked against the model, which took each operation in order. */
+/* A submission in a burst: as the model expects, or refused because an
+ * injected failure of an earlier operation of the burst is waiting to be
+ * reported (then the burst stops submitting). */
+static bool burst_submitted(ferry_status st, ferry_status want, const char *call, bool *stop) {
+  if (st == FERRY_ERROR_CANCELLED && armed >= 0 && fault.fail_with[armed] == FERRY_OK) {
+    *stop = true;
+    return false;
+  }
+  expect(st, want, call);
+  return st == FERRY_OK;
+}
+
+static void call_async_burst(void) {
+  size_t d = pick(S.count);
+  bool use_default = pick(2) == 0;
+  ferry_queue q, other;
+  ferry_status st = ferry_queue_default(S.dev[d], use_default ? &q : &other);
+  if (st != FERRY_OK) fail("ferry_queue_default: %s", ferry_status_name(st));
+  if (!own_queue[d].id && (st = ferry_queue_create(S.dev[d], &own_queue[d])) != FERRY_OK)
+    fail("ferry_queue_create: %s", ferry_status_name(st));
+  if (use_default)
+    other = own_queue[d];
+  else
+    q = own_queue[d];
+  note("a burst on the %s queue of device %zu (%s)", use_default ? "default" : "other", d, S.info[d].backend);
+  enum { OPS = 8 };
+  pending_read reads[OPS];
+  int read_count = 0;
+  touched_range touched[OPS + 1];
+  int touched_count = 0;
+  uint8_t *hosts[OPS];
+  int host_count = 0;
+  size_t ops = 1 + pick(OPS - 1);
+  bool stop = false;
+  for (size_t i = 0; i < ops && !stop; i++) {
+    int what = (int)pick(6);
+    model_buffer *b = live_buffer_on(d), *o = NULL;
+    if (!b) break;
+    size_t off, n;
+    valid_range(b->bytes, &off, &n);
+    bool bad = pick(10) == 0; /* a range past the end: refused, nothing submitted */
+    if (bad) off = b->bytes + 1 + pick(9);
+    char call[200], text[48], text2[48];
+    ferry_status want = bad ? FERRY_ERROR_OUT_OF_RANGE : FERRY_OK;
+    if (what <= 1) { /* write */
+      uint8_t *h = malloc(n ? n : 1);
+      if (!h) abort();
+      fill(h, n, take8());
+      hosts[host_count++] = h;
+      snprintf(call, sizeof call, "ferry_write_async(q, %s, %zu, host, %zu)", handle_text(b, b->handle, text), off, n);
+      st = ferry_write_async(q, b->handle, off, h, n);
+      note("%s -> %s", call, ferry_status_name(st));
+      if (burst_submitted(st, want, call, &stop) && n) {
+        ensure_scratch(n);
+        memcpy(before, h, n);
+        memset(before_known, 1, n);
+        model_write_buffer(b, off, n);
+        touched[touched_count++] = (touched_range){b, off, n};
+      }
+    } else if (what == 2) { /* read */
+      uint8_t *h = malloc(n ? n : 1);
+      if (!h) abort();
+      snprintf(call, sizeof call, "ferry_read_async(q, %s, %zu, host, %zu)", handle_text(b, b->handle, text), off, n);
+      st = ferry_read_async(q, b->handle, off, h, n);
+      note("%s -> %s", call, ferry_status_name(st));
+      if (!burst_submitted(st, want, call, &stop) || n == 0) {
+        free(h);
+        continue;
+      }
+      snapshot_buffer(b, off, n);
+      pending_read *r = &reads[read_count++];
+      *r = (pending_read){.host = h, .n = n, .buffer_name = b->name, .off = off};
+      r->want = malloc(n);
+      r->known = malloc(n);
+      if (!r->want || !r->known) abort();
+      memcpy(r->want, before, n);
+      memcpy(r->known, before_known, n);
+    } else if (what == 3) { /* fill */
+      static const size_t sizes[] = {1, 2, 4};
+      size_t ps = sizes[pick(3)];
+      off -= off % ps;
+      n -= n % ps;
+      uint8_t pattern[4] = {take8(), take8(), take8(), take8()};
+      snprintf(call, sizeof call, "ferry_fill_async(q, %s, %zu, %zu, pattern, %zu)", handle_text(b, b->handle, text),
+               off, n, ps);
+      st = ferry_fill_async(q, b->handle, off, n, pattern, ps);
+      note("%s -> %s", call, ferry_status_name(st));
+      if (burst_submitted(st, want, call, &stop) && n) {
+        ensure_scratch(n);
+        for (size_t k = 0; k < n; k++)
+          before[k] = pattern[k % ps];
+        memset(before_known, 1, n);
+        model_write_buffer(b, off, n);
+        touched[touched_count++] = (touched_range){b, off, n};
+      }
+    } else if (what == 4 && (o = live_buffer_on(MAX_DEVICES)) != NULL) { /* a copy, either way */
+      bool from_b = pick(2) == 0;
+      model_buffer *src = from_b ? b : o, *dst = from_b ? o : b;
+      size_t so, doff;
+      size_t most = src->bytes < dst->bytes ? src->bytes : dst->bytes;
+      n = most ? take32() % (most + 1) : 0;
+      so = src->bytes - n ? take32() % (src->bytes - n + 1) : 0;
+      doff = dst->bytes - n ? take32() % (dst->bytes - n + 1) : 0;
+      if (bad) doff = dst->bytes + 1;
+      snprintf(call, sizeof call, "ferry_copy_async(q, %s, %zu, %s, %zu, %zu)", handle_text(src, src->handle, text), so,
+               handle_text(dst, dst->handle, text2), doff, n);
+      st = ferry_copy_async(q, src->handle, so, dst->handle, doff, n);
+      note("%s -> %s", call, ferry_status_name(st));
+      if (burst_submitted(st, want, call, &stop) && n) {
+        snapshot_buffer(src, so, n);
+        model_write_buffer(dst, doff, n);
+        touched[touched_count++] = (touched_range){dst, doff, n};
+      }
+    } else { /* an event between the two queues */
+      ferry_event e;
+      if (ferry_event_create(&e) != FERRY_OK) fail("ferry_event_create");
+      bool forward = pick(2) == 0; /* the other queue waits for this one, or this one for the other */
+      st = ferry_event_record(e, forward ? q : other);
+      note("ferry_event_record(e, %s) -> %s", forward ? "q" : "other", ferry_status_name(st));
+      if (burst_submitted(st, FERRY_OK, "ferry_event_record", &stop)) {
+        st = ferry_queue_wait_event(forward ? other : q, e);
+        burst_submitted(st, FERRY_OK, "ferry_queue_wait_event", &stop);
+      }
+      expect(ferry_event_destroy(e), FERRY_OK, "ferry_event_destroy of an event still waited for");
+    }
+  }
+  /* The queue is done in one of four ways. */
+  int way = (int)pick(4);
+  const char *how = "ferry_queue_synchronize(q)";
+  if (way == 0) {
+    st = ferry_queue_synchronize(q);
+  } else if (way == 1) {
+    ferry_event e;
+    if (ferry_event_create(&e) != FERRY_OK) fail("ferry_event_create");
+    how = "ferry_event_synchronize";
+    st = ferry_event_record(e, q);
+    if (st == FERRY_OK) st = ferry_event_synchronize(e);
+    ferry_event_destroy(e);
+  } else if (way == 2) {
+    how = "ferry_device_synchronize";
+    st = ferry_device_synchronize(S.dev[d]);
+  } else {
+    /* A synchronous call on the device waits for its default queue; for the other queue, synchronise it. */
+    uint8_t byte;
+    model_buffer *b = live_buffer_on(d);
+    how = "a synchronous ferry_read on the device";
+    st = FERRY_OK;
+    if (!use_default) st = ferry_queue_synchronize(q);
+    if (st == FERRY_OK && b && b->bytes) {
+      st = ferry_read(b->handle, 0, &byte, 1);
+      if (st == FERRY_ERROR_CANCELLED) st = ferry_queue_synchronize(q); /* the failure, reported */
+    }
+  }
+  note("%s -> %s", how, ferry_status_name(st));
+  bool fired = armed >= 0 && fault.fail_with[armed] == FERRY_OK;
+  if (st != FERRY_OK) {
+    if (!fired) fail("%s returned %s with no driver failure injected", how, ferry_status_name(st));
+    armed = -1;
+    /* Reported now; the queues are idle and work again. What the burst wrote is unknown. */
+    expect(ferry_queue_synchronize(q), FERRY_OK, "ferry_queue_synchronize after the report");
+    expect(ferry_queue_synchronize(other), FERRY_OK, "ferry_queue_synchronize(other)");
+    for (int i = 0; i < touched_count; i++)
+      forget_buffer(touched[i].b, touched[i].off, touched[i].n);
+    for (int i = 0; i < read_count; i++)
+      reads[i].n = 0;
+  } else {
+    if (fired) armed = -1; /* it fired, and the core recovered */
+    expect(ferry_queue_synchronize(other), FERRY_OK, "ferry_queue_synchronize(other)");
+  }
+  for (int i = 0; i < read_count; i++) {
+    pending_read *r = &reads[i];
+    for (size_t k = 0; k < r->n; k++)
+      if (r->known[k] && r->host[k] != r->want[k])
+        fail("ferry_read_async of b%d at %zu: byte %zu is 0x%02x, the model says 0x%02x", r->buffer_name, r->off, k,
+             r->host[k], r->want[k]);
+    free(r->host);
+    free(r->want);
+    free(r->known);
+  }
+  for (int i = 0; i < host_count; i++)
+    free(hosts[i]);
+  check_arenas();
+}
+
 static void call_info(void) {
   model_buffer *b = live_buffer();
   if (!b) return;
@@ -1086,7 +1314,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   session_start();
   while (in_left && step < MAX_STEPS) {
     step++;
-    switch (take8() % 21) {
+    uint8_t op = take8();
+    if (op >= 252) { /* the top of the range: queues (the corpus's other bytes keep their meaning) */
+      call_async_burst();
+      check_stats();
+      continue;
+    }
+    switch (op % 21) {
     case 0:
     case 1: call_alloc(false); break;
     case 2: call_alloc(true); break;

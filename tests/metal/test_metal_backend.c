@@ -298,19 +298,19 @@ static void engine_operations(ferry_device *dev) {
   fill_pattern(pin, bytes, 80);
   for (size_t i = 0; i < PIECES; i++) {
     ferry_pinned p = {.host = pin + i * piece, .token = token, .offset = i * piece};
-    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, i * piece, &p, piece, &tickets[i]));
+    CHECK_OK(ops->dma_start(dev, NULL, FERRY_DMA_TO_DEVICE, &slot->mem, i * piece, &p, piece, &tickets[i]));
   }
   for (size_t i = 0; i < PIECES; i++)
-    CHECK_OK(ops->dma_wait(dev, tickets[i]));
+    CHECK_OK(ferry__ticket_finish(dev, tickets[i]));
   CHECK_OK(ferry_read(b, 0, back, bytes));
   CHECK_MSG(find_pattern_mismatch(back, bytes, 80) == SIZE_MAX, "after DMA to the device");
   memset(pin2, 0, bytes);
   for (size_t i = 0; i < PIECES; i++) {
     ferry_pinned p = {.host = pin2 + i * piece, .token = token2, .offset = i * piece};
-    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &slot->mem, i * piece, &p, piece, &tickets[i]));
+    CHECK_OK(ops->dma_start(dev, NULL, FERRY_DMA_TO_HOST, &slot->mem, i * piece, &p, piece, &tickets[i]));
   }
   for (size_t i = 0; i < PIECES; i++)
-    CHECK_OK(ops->dma_wait(dev, tickets[i]));
+    CHECK_OK(ferry__ticket_finish(dev, tickets[i]));
   CHECK_MSG(find_pattern_mismatch(pin2, bytes, 80) == SIZE_MAX, "after DMA to the host");
 
   /* Ranges off words: pinned and device offsets equal modulo 4 (one blit and the
@@ -324,16 +324,16 @@ static void engine_operations(ferry_device *dev) {
     fill_pattern(pin, bytes, (uint32_t)(90 + k));
     ferry_pinned p = {.host = pin + po, .token = token, .offset = po};
     ferry_ticket t = 0;
-    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, mo, &p, n, &t));
-    CHECK_OK(ops->dma_wait(dev, t));
+    CHECK_OK(ops->dma_start(dev, NULL, FERRY_DMA_TO_DEVICE, &slot->mem, mo, &p, n, &t));
+    CHECK_OK(ferry__ticket_finish(dev, t));
     memcpy(model + mo, pin + po, n);
     CHECK_OK(ferry_read(b, 0, back, bytes));
     CHECK_MSG(memcmp(back, model, bytes) == 0, "DMA of %zu bytes from pinned offset %zu to device offset %zu", n, po,
               mo);
     memset(pin2, 0xA5, 64 + n);
     p = (ferry_pinned){.host = pin2 + po, .token = token2, .offset = po};
-    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_HOST, &slot->mem, mo, &p, n, &t));
-    CHECK_OK(ops->dma_wait(dev, t));
+    CHECK_OK(ops->dma_start(dev, NULL, FERRY_DMA_TO_HOST, &slot->mem, mo, &p, n, &t));
+    CHECK_OK(ferry__ticket_finish(dev, t));
     CHECK_MSG(memcmp(pin2 + po, model + mo, n) == 0, "DMA of %zu bytes from device offset %zu to pinned offset %zu", n,
               mo, po);
     bool around = true;
@@ -343,7 +343,7 @@ static void engine_operations(ferry_device *dev) {
       around = around && pin2[i] == 0xA5;
     CHECK_MSG(around, "DMA to pinned offset %zu changed the block's bytes around the range", po);
   }
-  CHECK_OK(ops->dma_wait(dev, 0)); /* a ticket of work done in dma_start */
+  CHECK_OK(ferry__ticket_finish(dev, 0)); /* a ticket of work done in dma_start */
 
   /* Another allocator's block: registered where it lies on whole pages. */
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -354,8 +354,8 @@ static void engine_operations(ferry_device *dev) {
     fill_pattern(other, 2 * page, 95);
     ferry_pinned p = {.host = other + 8, .token = t, .offset = 8};
     ferry_ticket tk = 0;
-    CHECK_OK(ops->dma_start(dev, FERRY_DMA_TO_DEVICE, &slot->mem, 100, &p, page, &tk));
-    CHECK_OK(ops->dma_wait(dev, tk));
+    CHECK_OK(ops->dma_start(dev, NULL, FERRY_DMA_TO_DEVICE, &slot->mem, 100, &p, page, &tk));
+    CHECK_OK(ferry__ticket_finish(dev, tk));
     CHECK_OK(ferry_read(b, 100, back, page));
     CHECK(memcmp(back, other + 8, page) == 0);
     ops->pin_release(dev, other, 2 * page, t, false);

@@ -19,6 +19,7 @@
 
 #include "ferry.h"
 
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@
 /* ---- module state ---------------------------------------------------------------- */
 
 static PyObject *numpy_empty;                          /* numpy.empty */
+static PyObject *numpy_asarray;                        /* numpy.asarray */
 static PyObject *numpy_dtype;                          /* numpy.dtype */
 static PyObject *Error;                                /* ferry.Error */
 static PyObject *error_class[FERRY_ERROR_BACKEND + 1]; /* by status */
@@ -43,6 +45,17 @@ static bool finalizing(void) {
   return _Py_IsFinalizing();
 #endif
 }
+
+/* Runs `stmt` (ferry calls only, no Python API) with the GIL released. Every
+ * ferry call that enters ferry's gate may wait for a ferry_shutdown() on another
+ * thread, and a shutdown runs the deleters of buffers over Python memory, which
+ * take the GIL: waiting on ferry with the GIL held could wait forever. Transfers
+ * release it too, for as long as the bytes move. */
+#define WITHOUT_GIL(stmt)                                                                                              \
+  do {                                                                                                                 \
+    Py_BEGIN_ALLOW_THREADS stmt;                                                                                       \
+    Py_END_ALLOW_THREADS                                                                                               \
+  } while (0)
 
 /* ---- errors ------------------------------------------------------------------------ */
 
@@ -267,7 +280,8 @@ static PyObject *device_new(ferry_device *dev) {
   d->dev = dev;
   d->session = session;
   d->name = d->backend = NULL;
-  ferry_status st = ferry_device_info_get(dev, &d->info);
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_device_info_get(dev, &d->info));
   if (st != FERRY_OK) {
     Py_DECREF(d);
     return raise_ferry(st);
@@ -290,14 +304,15 @@ static void device_dealloc(DeviceObject *d) {
 /* The session's devices, made once. A borrowed reference. */
 static PyObject *devices_list(void) {
   if (device_cache) return device_cache;
-  ferry_status st = ferry_init();
+  ferry_status st;
+  size_t n = 0;
+  WITHOUT_GIL(st = ferry_init(); if (st == FERRY_OK) n = ferry_device_count());
   if (st != FERRY_OK) return raise_ferry(st);
-  size_t n = ferry_device_count();
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (!list) return NULL;
   for (size_t i = 0; i < n; i++) {
     ferry_device *dev;
-    st = ferry_device_get(i, &dev);
+    WITHOUT_GIL(st = ferry_device_get(i, &dev));
     PyObject *d = st == FERRY_OK ? device_new(dev) : raise_ferry(st);
     if (!d) {
       Py_DECREF(list);
@@ -347,7 +362,7 @@ static PyTypeObject BufferType;
 static PyObject *buffer_new(ferry_buffer handle, PyObject *device, elem_type type, PyObject *dtype) {
   BufferObject *b = PyObject_New(BufferObject, &BufferType);
   if (!b) {
-    ferry_free(handle);
+    WITHOUT_GIL(ferry_free(handle));
     return NULL;
   }
   b->handle = handle;
@@ -376,7 +391,10 @@ static PyObject *buffer_new(ferry_buffer handle, PyObject *device, elem_type typ
 static void buffer_release(BufferObject *b) {
   /* A buffer of an earlier session is gone with it (and freeing it would start
    * ferry again). */
-  if (!b->freed && b->session == session) ferry_free(b->handle);
+  if (!b->freed && b->session == session) {
+    ferry_buffer h = b->handle;
+    WITHOUT_GIL(ferry_free(h));
+  }
   b->freed = true;
 }
 
@@ -614,8 +632,10 @@ PyDoc_STRVAR(buffer_free_doc, "free()\n--\n\n"
 static PyObject *buffer_free(BufferObject *b, PyObject *unused) {
   (void)unused;
   if (!b->freed && b->session == session) {
-    ferry_status st = ferry_free(b->handle);
+    ferry_status st;
+    ferry_buffer h = b->handle;
     b->freed = true;
+    WITHOUT_GIL(st = ferry_free(h));
     if (st != FERRY_OK && st != FERRY_ERROR_STALE_BUFFER) return raise_ferry(st);
   }
   b->freed = true;
@@ -652,11 +672,83 @@ static void capsule_versioned_destructor(PyObject *capsule) {
   if (t && t->deleter) t->deleter(t);
 }
 
-/* Reads a (device_type, device_id) pair. */
-static bool parse_dl_device(PyObject *obj, ferry_dl_device *out) {
-  int type, id;
-  if (!PyArg_ParseTuple(obj, "ii;dl_device must be a (device_type, device_id) tuple", &type, &id)) return false;
-  *out = (ferry_dl_device){type, id};
+/* Is `obj` a tuple of two ints, as the array API has its pairs? Else TypeError;
+ * `what` names the argument in the sentence, `shape` its fields. */
+static bool is_int_pair(PyObject *obj, const char *what, const char *shape) {
+  if (PyTuple_Check(obj) && PyTuple_GET_SIZE(obj) == 2 && PyLong_Check(PyTuple_GET_ITEM(obj, 0)) &&
+      PyLong_Check(PyTuple_GET_ITEM(obj, 1)))
+    return true;
+  PyErr_Format(PyExc_TypeError, "%s must be a tuple of two ints %s, not %R", what, shape, obj);
+  return false;
+}
+
+/* Item i of an int pair, in [lo, hi] (ValueError naming `what` if not); with
+ * `saturate`, a value above the range reads as hi. */
+static bool pair_item(PyObject *pair, Py_ssize_t i, const char *what, long long lo, long long hi, bool saturate,
+                      long long *out) {
+  PyObject *item = PyTuple_GET_ITEM(pair, i);
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+  if (v == -1 && PyErr_Occurred()) return false;
+  if (saturate && (overflow > 0 || v > hi)) {
+    *out = hi;
+    return true;
+  }
+  if (overflow || v < lo || v > hi) {
+    PyErr_Format(PyExc_ValueError, "%s %R: %S is out of range (%lld to %lld)", what, pair, item, lo, hi);
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* Reads a (device_type, device_id) pair (DLDevice's two int32 fields). */
+static bool parse_dl_device(PyObject *obj, const char *what, ferry_dl_device *out) {
+  long long type, id;
+  if (!is_int_pair(obj, what, "(device_type, device_id)") ||
+      !pair_item(obj, 0, what, INT32_MIN, INT32_MAX, false, &type) ||
+      !pair_item(obj, 1, what, INT32_MIN, INT32_MAX, false, &id))
+    return false;
+  *out = (ferry_dl_device){(int32_t)type, (int32_t)id};
+  return true;
+}
+
+/* Reads __dlpack__'s max_version; *versioned: major 1 or later (any, however large). */
+static bool parse_max_version(PyObject *obj, bool *versioned) {
+  long long major, minor;
+  if (!is_int_pair(obj, "max_version", "(major, minor)") ||
+      !pair_item(obj, 0, "max_version", 0, LLONG_MAX, true, &major) ||
+      !pair_item(obj, 1, "max_version", 0, LLONG_MAX, true, &minor))
+    return false;
+  *versioned = major >= 1;
+  return true;
+}
+
+/* Reads __dlpack__'s stream: None, or an int that can be a stream (-1: none,
+ * else a handle of 64 bits). *has_stream is false for None and -1. */
+static bool parse_stream(PyObject *obj, bool *has_stream) {
+  *has_stream = false;
+  if (obj == Py_None) return true;
+  if (!PyLong_Check(obj)) {
+    PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be an int or None, not %R", obj);
+    return false;
+  }
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (v == -1 && PyErr_Occurred()) return false;
+  if (overflow > 0) {
+    unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      PyErr_Format(PyExc_ValueError, "__dlpack__: stream %S is no stream: a stream is -1 (none) or a 64-bit handle",
+                   obj);
+      return false;
+    }
+  } else if (overflow < 0 || v < -1) {
+    PyErr_Format(PyExc_ValueError, "__dlpack__: stream %S is no stream: a stream is -1 (none) or a 64-bit handle", obj);
+    return false;
+  }
+  *has_stream = overflow > 0 || v != -1;
   return true;
 }
 
@@ -666,7 +758,9 @@ PyDoc_STRVAR(buffer_dlpack_doc,
              "max_version is (1, x) or later, else \"dltensor\". The consumer shares the buffer's memory,\n"
              "which stays valid until the consumer releases it, also after free(). copy=True, or a\n"
              "dl_device other than the buffer's, exports a copy (on that device); copy=False refuses\n"
-             "to copy (BufferError). On CUDA, a stream other than None and -1 waits for the device.");
+             "to copy (BufferError). On CUDA, a stream other than None and -1 waits for the device.\n"
+             "max_version and dl_device are tuples of two ints and stream an int or None (TypeError\n"
+             "otherwise; ValueError for values no version, device or stream can have).");
 
 static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs) {
   static char *names[] = {"stream", "max_version", "dl_device", "copy", NULL};
@@ -677,26 +771,20 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
   if (!buffer_live(b)) return NULL;
   DeviceObject *d = (DeviceObject *)b->device;
   if (!device_live(d)) return NULL;
-  bool versioned = false;
-  if (max_version != Py_None) {
-    unsigned int major, minor;
-    if (!PyArg_ParseTuple(max_version, "II;max_version must be a (major, minor) tuple", &major, &minor)) return NULL;
-    versioned = major >= 1;
-  }
+  bool versioned = false, has_stream = false;
+  if (max_version != Py_None && !parse_max_version(max_version, &versioned)) return NULL;
   int copy = copy_obj == Py_None ? -1 : PyObject_IsTrue(copy_obj);
   if (copy_obj != Py_None && copy < 0) return NULL;
-  if (stream != Py_None && !PyLong_Check(stream)) {
-    PyErr_SetString(PyExc_TypeError, "__dlpack__: stream must be an int or None");
-    return NULL;
-  }
+  if (!parse_stream(stream, &has_stream)) return NULL;
   ferry_dl_device own;
-  ferry_status st = ferry_dlpack_device(d->dev, &own);
-  if (st != FERRY_OK) return raise_ferry(st);
   ferry_device *target = d->dev;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_dlpack_device(target, &own));
+  if (st != FERRY_OK) return raise_ferry(st);
   bool need_copy = copy == 1;
   if (dl_device_obj != Py_None) {
     ferry_dl_device want;
-    if (!parse_dl_device(dl_device_obj, &want)) return NULL;
+    if (!parse_dl_device(dl_device_obj, "dl_device", &want)) return NULL;
     if (want.device_type != own.device_type || want.device_id != own.device_id) {
       if (copy == 0) {
         PyErr_Format(PyExc_BufferError,
@@ -704,7 +792,8 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
                      own.device_type, own.device_id, want.device_type, want.device_id);
         return NULL;
       }
-      if (ferry_dlpack_find_device(want, &target) != FERRY_OK) {
+      WITHOUT_GIL(st = ferry_dlpack_find_device(want, &target));
+      if (st != FERRY_OK) {
         PyErr_Format(PyExc_BufferError, "__dlpack__: %s", ferry_last_error());
         return NULL;
       }
@@ -713,7 +802,7 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
   }
   /* Work the user queued on the device through its native handles is complete
    * before the consumer's stream uses the memory (ferry's own transfers always are). */
-  if (stream != Py_None && own.device_type == FERRY_DL_CUDA && PyLong_AsLong(stream) != -1) {
+  if (has_stream && own.device_type == FERRY_DL_CUDA) {
     ferry_device *dev = d->dev;
     Py_BEGIN_ALLOW_THREADS;
     st = ferry_device_synchronize(dev);
@@ -737,8 +826,8 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
   PyObject *capsule;
   if (versioned) {
     ferry_dl_managed_tensor_versioned *t = NULL;
-    st = ferry_dlpack_export_versioned(source, &t);
-    if (need_copy) ferry_free(source); /* the tensor holds the copy */
+    WITHOUT_GIL(st = ferry_dlpack_export_versioned(source, &t);
+                if (need_copy) ferry_free(source)); /* the tensor holds the copy */
     if (st != FERRY_OK) return raise_ferry(st);
     if (b->type.is_bool) t->dl_tensor.dtype.code = FERRY_DL_BOOL;
     if (need_copy) t->flags |= FERRY_DL_FLAG_IS_COPIED;
@@ -746,8 +835,7 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
     if (!capsule) t->deleter(t);
   } else {
     ferry_dl_managed_tensor *t = NULL;
-    st = ferry_dlpack_export(source, &t);
-    if (need_copy) ferry_free(source);
+    WITHOUT_GIL(st = ferry_dlpack_export(source, &t); if (need_copy) ferry_free(source));
     if (st != FERRY_OK) return raise_ferry(st);
     /* bool stays uint8 here: consumers of unversioned capsules (NumPy 1.x) predate kDLBool. */
     capsule = PyCapsule_New(t, "dltensor", capsule_legacy_destructor);
@@ -765,7 +853,9 @@ static PyObject *buffer_dlpack_device(BufferObject *b, PyObject *unused) {
   DeviceObject *d = (DeviceObject *)b->device;
   if (!device_live(d)) return NULL;
   ferry_dl_device dl;
-  ferry_status st = ferry_dlpack_device(d->dev, &dl);
+  ferry_device *dev = d->dev;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_dlpack_device(dev, &dl));
   if (st != FERRY_OK) return raise_ferry(st);
   return Py_BuildValue("(ii)", (int)dl.device_type, (int)dl.device_id);
 }
@@ -816,7 +906,9 @@ static int buffer_getbuffer(BufferObject *b, Py_buffer *view, int flags) {
     return -1;
   }
   /* A DLPack export holds the memory while the view exists, also past free(). */
-  ferry_status st = ferry_dlpack_export(b->handle, &hold->tensor);
+  ferry_status st;
+  ferry_buffer h = b->handle;
+  WITHOUT_GIL(st = ferry_dlpack_export(h, &hold->tensor));
   if (st != FERRY_OK) {
     PyMem_Free(hold);
     raise_ferry(st);
@@ -856,6 +948,58 @@ static PyBufferProcs buffer_as_buffer = {
     .bf_getbuffer = (getbufferproc)buffer_getbuffer,
     .bf_releasebuffer = (releasebufferproc)buffer_releasebuffer,
 };
+
+PyDoc_STRVAR(buffer_array_doc,
+             "__array__(dtype=None, copy=None)\n--\n\n"
+             "NumPy's implicit conversion (numpy.asarray(buf), numpy.array(buf)). On host memory\n"
+             "(native, checked): a writable view of the buffer's memory, the memory numpy.from_dlpack(buf)\n"
+             "shares (records as bytes, bfloat16 as its uint16 bits); dtype converts (a copy; ValueError\n"
+             "with copy=False), copy=True copies. Device memory is never converted implicitly (as in\n"
+             "CuPy): TypeError, naming buf.read(), the explicit copy into a new NumPy array.");
+
+static PyObject *buffer_array(BufferObject *b, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"dtype", "copy", NULL};
+  PyObject *dtype = Py_None, *copy_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|OO:__array__", names, &dtype, &copy_obj)) return NULL;
+  if (!buffer_live(b)) return NULL;
+  DeviceObject *d = (DeviceObject *)b->device;
+  if (!d->info.zero_copy) {
+    char name[32];
+    dtype_name(b->type, name);
+    PyErr_Format(PyExc_TypeError,
+                 "ferry.Buffer of %zu %s on %s device %U: device memory is not converted to a NumPy array "
+                 "implicitly; buf.read() copies it into a new one (or pass it by DLPack to an array library of "
+                 "that device)",
+                 b->length, name, PyUnicode_AsUTF8(d->backend), d->name);
+    return NULL;
+  }
+  int copy = copy_obj == Py_None ? -1 : PyObject_IsTrue(copy_obj);
+  if (copy_obj != Py_None && copy < 0) return NULL;
+  /* The buffer protocol's view: what numpy.asarray(buf) itself takes first. */
+  PyObject *view = PyMemoryView_FromObject((PyObject *)b);
+  PyObject *array = view ? PyObject_CallOneArg(numpy_asarray, view) : NULL;
+  Py_XDECREF(view);
+  if (!array) return NULL;
+  if (dtype == Py_None && copy != 1) return array;
+  PyObject *want = dtype == Py_None ? PyObject_GetAttrString(array, "dtype") : PyObject_CallOneArg(numpy_dtype, dtype);
+  PyObject *have = want ? PyObject_GetAttrString(array, "dtype") : NULL;
+  int same = have ? PyObject_RichCompareBool(want, have, Py_EQ) : -1;
+  Py_XDECREF(have);
+  PyObject *result = NULL;
+  if (same < 0) {
+    /* the error is set */
+  } else if (!same && copy == 0) {
+    PyErr_Format(PyExc_ValueError, "__array__: the buffer holds %R; %R needs a copy, and copy=False", b->dtype, want);
+  } else if (same && copy != 1) {
+    Py_INCREF(array);
+    result = array;
+  } else {
+    result = PyObject_CallMethod(array, "astype", "O", want); /* a new array */
+  }
+  Py_XDECREF(want);
+  Py_DECREF(array);
+  return result;
+}
 
 /* ---- Buffer properties ------------------------------------------------------------------- */
 
@@ -931,6 +1075,7 @@ static PyMethodDef buffer_methods[] = {
     {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, "Frees the buffer."},
     {"__dlpack__", (PyCFunction)(void (*)(void))buffer_dlpack, METH_VARARGS | METH_KEYWORDS, buffer_dlpack_doc},
     {"__dlpack_device__", (PyCFunction)buffer_dlpack_device, METH_NOARGS, buffer_dlpack_device_doc},
+    {"__array__", (PyCFunction)(void (*)(void))buffer_array, METH_VARARGS | METH_KEYWORDS, buffer_array_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -945,7 +1090,11 @@ static PyGetSetDef buffer_getset[] = {
     {"device_ptr", (getter)buffer_get_device_ptr, NULL,
      "The native handle: CUdeviceptr, cl_mem, VkBuffer, id<MTLBuffer>, or the host address.", NULL},
     {"is_zero_copy", (getter)buffer_get_is_zero_copy, NULL,
-     "True for buffers over a host array (alloc_zero_copy, alloc_host_ptr, host memory from DLPack).", NULL},
+     "True when the buffer IS host memory, with nothing to synchronise: alloc_zero_copy, and\n"
+     "alloc_host_ptr or host memory from DLPack on native and checked. False for host-pointer\n"
+     "buffers on devices with memory of their own (OpenCL, CUDA, Vulkan: their host access goes\n"
+     "through transfers that synchronise) and for device memory.",
+     NULL},
     {"freed", (getter)buffer_get_freed, NULL, "True once free() (or ferry.shutdown()) released it.", NULL},
     {"handle", (getter)buffer_get_handle, NULL, "The ferry_buffer handle, for C code in the same process.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -1092,7 +1241,9 @@ static PyObject *wrap_array(DeviceObject *d, PyObject *array, const char *fn) {
   };
   ferry_buffer h;
   ferry_refusal why_not = FERRY_REFUSAL_NONE;
-  ferry_status st = ferry_dlpack_import(&p->t, d->dev, &h, &why_not);
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_dlpack_import(&p->t, dev, &h, &why_not));
   if (st != FERRY_OK) {
     PyBuffer_Release(&p->view); /* the tensor is still ours */
     PyMem_RawFree(p);
@@ -1114,8 +1265,10 @@ static PyObject *device_alloc_zero_copy(DeviceObject *d, PyObject *array) {
   if (!d->info.zero_copy) {
     /* ferry's own refusal, with its sentence; nothing is made. */
     ferry_buffer unused;
-    ferry_status st = ferry_alloc_zero_copy(d->dev, ferry_array_of(NULL, 0, FERRY_UINT8), &unused);
-    if (st == FERRY_OK) ferry_free(unused);
+    ferry_device *dev = d->dev;
+    ferry_status st;
+    WITHOUT_GIL(st = ferry_alloc_zero_copy(dev, ferry_array_of(NULL, 0, FERRY_UINT8), &unused);
+                if (st == FERRY_OK) ferry_free(unused));
     return raise_ferry(st == FERRY_OK ? FERRY_ERROR_UNSUPPORTED : st);
   }
   return wrap_array(d, array, "Device.alloc_zero_copy");
@@ -1147,7 +1300,9 @@ static PyObject *device_synchronize(DeviceObject *d, PyObject *unused) {
 static PyObject *device_trim(DeviceObject *d, PyObject *unused) {
   (void)unused;
   if (!device_live(d)) return NULL;
-  ferry_status st = ferry_device_trim(d->dev);
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_device_trim(dev));
   if (st != FERRY_OK) return raise_ferry(st);
   Py_RETURN_NONE;
 }
@@ -1156,7 +1311,9 @@ static PyObject *device_stats(DeviceObject *d, PyObject *unused) {
   (void)unused;
   if (!device_live(d)) return NULL;
   ferry_stats s;
-  ferry_status st = ferry_device_stats(d->dev, &s);
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_device_stats(dev, &s));
   if (st != FERRY_OK) return raise_ferry(st);
   PyObject *r = PyStructSequence_New(&StatsType);
   if (!r) return NULL;
@@ -1177,7 +1334,9 @@ static PyObject *device_native(DeviceObject *d, PyObject *unused) {
   (void)unused;
   if (!device_live(d)) return NULL;
   ferry_native n;
-  ferry_status st = ferry_device_native(d->dev, &n);
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_device_native(dev, &n));
   if (st != FERRY_OK) return raise_ferry(st);
   return Py_BuildValue("{s:K,s:K,s:K,s:I}", "device", (unsigned long long)n.device, "context",
                        (unsigned long long)n.context, "queue", (unsigned long long)n.queue, "queue_family",
@@ -1188,7 +1347,9 @@ static PyObject *device_dlpack_device(DeviceObject *d, PyObject *unused) {
   (void)unused;
   if (!device_live(d)) return NULL;
   ferry_dl_device dl;
-  ferry_status st = ferry_dlpack_device(d->dev, &dl);
+  ferry_device *dev = d->dev;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_dlpack_device(dev, &dl));
   if (st != FERRY_OK) return raise_ferry(st);
   return Py_BuildValue("(ii)", (int)dl.device_type, (int)dl.device_id);
 }
@@ -1277,7 +1438,8 @@ static PyObject *mod_devices(PyObject *m, PyObject *unused) {
 static PyObject *mod_best(PyObject *m, PyObject *unused) {
   (void)m, (void)unused;
   if (!devices_list()) return NULL;
-  ferry_device *dev = ferry_device_best();
+  ferry_device *dev;
+  WITHOUT_GIL(dev = ferry_device_best());
   if (!dev) return raise_format(FERRY_ERROR_NO_DEVICE, "ferry.best: there are no devices (FERRY_BACKENDS?)");
   return device_object(dev);
 }
@@ -1288,23 +1450,31 @@ static PyObject *mod_device(PyObject *m, PyObject *arg) {
   if (index == -1 && PyErr_Occurred()) return NULL;
   PyObject *list = devices_list();
   if (!list) return NULL;
+  if (index < 0) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    return raise_format(FERRY_ERROR_NO_DEVICE, "ferry.device: device index %zd, but there are %zd devices (0..%zd)",
+                        index, n, n ? n - 1 : 0);
+  }
   ferry_device *dev;
-  ferry_status st = ferry_device_get(index < 0 ? SIZE_MAX : (size_t)index, &dev);
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_device_get((size_t)index, &dev));
   if (st != FERRY_OK) return raise_ferry(st);
   return device_object(dev);
 }
 
 static PyObject *mod_backends(PyObject *m, PyObject *unused) {
   (void)m, (void)unused;
-  ferry_status st = ferry_init();
+  ferry_status st;
+  size_t n = 0;
+  WITHOUT_GIL(st = ferry_init(); if (st == FERRY_OK) n = ferry_backend_count());
   if (st != FERRY_OK) return raise_ferry(st);
-  size_t n = ferry_backend_count();
   PyObject *list = PyList_New((Py_ssize_t)n);
   if (!list) return NULL;
   for (size_t i = 0; i < n; i++) {
     ferry_backend_info info;
     PyObject *r = NULL;
-    if ((st = ferry_backend_get(i, &info)) != FERRY_OK) {
+    WITHOUT_GIL(st = ferry_backend_get(i, &info));
+    if (st != FERRY_OK) {
       Py_DECREF(list);
       return raise_ferry(st);
     }
@@ -1353,9 +1523,15 @@ static PyObject *mod_shutdown(PyObject *m, PyObject *args, PyObject *kwargs) {
                  held);
     return NULL;
   }
-  ferry_shutdown();
+  /* The objects of this session are stale from here: a Buffer collected during
+   * the shutdown (a deleter the shutdown runs may drop the last reference to
+   * one) or on another thread meanwhile leaves its handle to the shutdown
+   * instead of freeing it. Then the wait, without the GIL: the shutdown waits
+   * for the transfers in flight and runs deleters of buffers over Python
+   * memory, which take the GIL. */
   session++;
   Py_CLEAR(device_cache);
+  WITHOUT_GIL(ferry_shutdown());
   Py_RETURN_NONE;
 }
 
@@ -1369,12 +1545,12 @@ static PyObject *import_capsule(PyObject *capsule, DeviceObject *onto) {
   if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {
     ferry_dl_managed_tensor_versioned *t = PyCapsule_GetPointer(capsule, "dltensor_versioned");
     dtype = t->version.major == FERRY_DL_VERSION_MAJOR ? t->dl_tensor.dtype : (ferry_dl_data_type){0, 0, 0};
-    st = ferry_dlpack_import_versioned(t, dev, &h, &why);
+    WITHOUT_GIL(st = ferry_dlpack_import_versioned(t, dev, &h, &why));
     if (st == FERRY_OK && PyCapsule_SetName(capsule, "used_dltensor_versioned") < 0) return NULL;
   } else if (PyCapsule_IsValid(capsule, "dltensor")) {
     ferry_dl_managed_tensor *t = PyCapsule_GetPointer(capsule, "dltensor");
     dtype = t->dl_tensor.dtype;
-    st = ferry_dlpack_import(t, dev, &h, &why);
+    WITHOUT_GIL(st = ferry_dlpack_import(t, dev, &h, &why));
     if (st == FERRY_OK && PyCapsule_SetName(capsule, "used_dltensor") < 0) return NULL;
   } else {
     const char *name = PyCapsule_GetName(capsule);
@@ -1388,7 +1564,7 @@ static PyObject *import_capsule(PyObject *capsule, DeviceObject *onto) {
   elem_type t = {.kind = ferry_buffer_kind(h), .is_bool = dtype.code == FERRY_DL_BOOL, .elem_size = ferry_elem_size(h)};
   PyObject *device = device_object(ferry_buffer_device(h));
   if (!device) {
-    ferry_free(h);
+    WITHOUT_GIL(ferry_free(h));
     return NULL;
   }
   PyObject *b = buffer_new(h, device, t, NULL);
@@ -1424,7 +1600,7 @@ static PyObject *mod_from_dlpack(PyObject *m, PyObject *args, PyObject *kwargs) 
   PyObject *dl_device = PyObject_CallMethod(x, "__dlpack_device__", NULL);
   if (!dl_device) return NULL;
   ferry_dl_device producer;
-  bool parsed = parse_dl_device(dl_device, &producer);
+  bool parsed = parse_dl_device(dl_device, "the producer's __dlpack_device__()", &producer);
   Py_DECREF(dl_device);
   if (!parsed) return NULL;
   PyObject *one = NULL;
@@ -1606,8 +1782,9 @@ PyMODINIT_FUNC PyInit__ferry(void) {
   if (!numpy) return NULL;
   numpy_empty = PyObject_GetAttrString(numpy, "empty");
   numpy_dtype = PyObject_GetAttrString(numpy, "dtype");
+  numpy_asarray = PyObject_GetAttrString(numpy, "asarray");
   Py_DECREF(numpy);
-  if (!numpy_empty || !numpy_dtype) return NULL;
+  if (!numpy_empty || !numpy_dtype || !numpy_asarray) return NULL;
   if (PyType_Ready(&DeviceType) < 0 || PyType_Ready(&BufferType) < 0) return NULL;
   if (PyStructSequence_InitType2(&StatsType, &stats_desc) < 0) return NULL;
   if (PyStructSequence_InitType2(&BackendInfoType, &backend_desc) < 0) return NULL;

@@ -7,8 +7,8 @@
 #   usage: check_pip_install.sh SOURCE_ROOT WORK_DIR
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
-root=$1
-work=$2
+case $1 in /*) root=$1 ;; *) root=$PWD/$1 ;; esac
+case $2 in /*) work=$2 ;; *) work=$PWD/$2 ;; esac
 . "$here/find_python.sh"
 ferry_find_python python_pip
 rm -rf "$work"

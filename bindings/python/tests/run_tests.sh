@@ -8,8 +8,9 @@
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 package=$(dirname "$here")
-libferry=$1
-work=$2
+# Relative paths are the caller's: made absolute before the build changes folder.
+case $1 in /*) libferry=$1 ;; *) libferry=$PWD/$1 ;; esac
+case $2 in /*) work=$2 ;; *) work=$PWD/$2 ;; esac
 shift 2
 . "$here/find_python.sh"
 ferry_find_python python

@@ -281,3 +281,52 @@ def test_host_ptr_refusals():
                 dev.alloc_host_ptr(raw[start : start + 64])
             assert e.value.refusal == "FERRY_REFUSAL_MISALIGNED"
             assert e.value.status_name == "FERRY_ERROR_REFUSED"
+
+
+def test_asarray_of_host_memory_is_the_view_dlpack_gives(host_device):
+    with host_device.alloc(16, np.float32) as buf:
+        buf.write(np.arange(16, dtype=np.float32))
+        for array in (np.asarray(buf), buf.__array__()):
+            assert array.dtype == np.float32 and array.shape == (16,)
+            assert array.ctypes.data == buf.device_ptr == np.from_dlpack(buf).ctypes.data
+            array[3] = -1.0  # writable: the buffer's memory
+            assert buf.read()[3] == -1.0
+            del array
+        copied = buf.__array__(copy=True)
+        assert copied.ctypes.data != buf.device_ptr and copied[3] == -1.0
+        widened = buf.__array__(np.float64)
+        assert widened.dtype == np.float64 and widened[3] == -1.0
+        with pytest.raises(ValueError):
+            buf.__array__(np.float64, copy=False)
+        del copied, widened
+
+
+def test_asarray_of_device_memory_is_refused():
+    """As CuPy does: device memory never turns into a NumPy array implicitly (it
+    would be a 0-d array of objects); read() is the explicit copy."""
+    devices = [d for d in ferry.devices() if not d.zero_copy]
+    if not devices:
+        pytest.skip("no device with memory of its own")
+    for dev in devices:
+        with dev.alloc(4, np.float32) as buf:
+            buf.write(np.arange(4, dtype=np.float32))
+            with pytest.raises(TypeError, match=r"read\(\)"):
+                np.asarray(buf)
+            with pytest.raises(TypeError, match=r"read\(\)"):
+                np.array(buf)
+            assert buf.read().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+def test_is_zero_copy_means_the_buffer_is_host_memory(device):
+    """True only where the buffer IS the array, with nothing to synchronise."""
+    align = max(device.host_ptr_alignment, 64)
+    raw = np.zeros(align * 2, np.uint8)
+    start = (-raw.ctypes.data) % align
+    array = raw[start : start + align]
+    try:
+        buf = device.alloc_host_ptr(array)
+    except ferry.RefusedError:
+        return
+    with buf:
+        assert buf.is_zero_copy == device.zero_copy
+    assert "host-pointer" in ferry.Buffer.is_zero_copy.__doc__

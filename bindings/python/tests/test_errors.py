@@ -147,3 +147,82 @@ def test_backend_error_from_a_broken_guard():
     with pytest.raises(ferry.BackendError):
         buf.free()  # reported, and released all the same
     assert buf.freed
+
+
+class _ListDevice:
+    """A producer whose __dlpack_device__ answers with a list, not a tuple."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None, max_version=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return [1, 0]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"max_version": [1, 0]},
+        {"max_version": "1.0"},
+        {"max_version": (1, 0, 0)},
+        {"max_version": (1.0, 0)},
+        {"dl_device": [2, 0]},
+        {"dl_device": "cpu"},
+        {"dl_device": (1, "0")},
+        {"stream": 1.5},
+        {"stream": "default"},
+    ],
+)
+def test_dlpack_arguments_of_the_wrong_type(native, kwargs):
+    """The array API's types, or TypeError: never an internal error of the extension."""
+    with native.alloc(4, np.float32) as buf:
+        with pytest.raises(TypeError) as e:
+            buf.__dlpack__(**kwargs)
+        assert not isinstance(e.value, SystemError)
+        assert next(iter(kwargs)) in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"stream": 2**70},
+        {"stream": -2},
+        {"max_version": (-1, 0)},
+        {"dl_device": (2**40, 0)},
+        {"dl_device": (1, -(2**40))},
+    ],
+)
+def test_dlpack_arguments_out_of_range(native, kwargs):
+    with native.alloc(4, np.float32) as buf:
+        with pytest.raises(ValueError) as e:
+            buf.__dlpack__(**kwargs)
+        assert next(iter(kwargs)) in str(e.value)
+
+
+def test_dlpack_arguments_that_are_fine(native):
+    with native.alloc(4, np.float32) as buf:
+        for kwargs in (
+            {"max_version": (1, 0)},
+            {"max_version": (2**40, 0)},
+            {"dl_device": (ferry.DLDeviceType.CPU, 0)},
+            {"stream": None},
+            {"stream": -1},
+            {"stream": 2**64 - 1},
+        ):
+            capsule = buf.__dlpack__(**kwargs)
+            del capsule
+
+
+def test_a_producer_device_that_is_not_a_tuple():
+    with pytest.raises(TypeError, match="__dlpack_device__"):
+        ferry.from_dlpack(_ListDevice(np.arange(4.0)))
+
+
+def test_negative_device_index():
+    with pytest.raises(ferry.NoDeviceError) as e:
+        ferry.device(-1)
+    assert "device index -1" in str(e.value)
+    assert "18446744073709551615" not in str(e.value)

@@ -10,7 +10,7 @@
  * guard is FERRY_ERROR_BACKEND naming the offset and the bytes found.
  */
 #include "../../core/backend.h"
-#include "../native/host_info.h"
+#include "../../core/host_info.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -156,16 +156,13 @@ static void quarantine_trim(ferry_device *dev, checked_device *cd, size_t keep_b
 static ferry_status checked_trim(ferry_device *dev) {
   checked_device *cd = dev->impl;
   ferry_status first = FERRY_OK;
-  char saved[1024] = "";
+  ferry_error_scope scope = ferry__first_failure_begin(false); /* the first write after free is the one told */
   pthread_mutex_lock(&cd->lock);
-  while (cd->quarantine_count > 0) {
-    if (quarantine_release_oldest(dev, cd) != FERRY_OK && first == FERRY_OK) {
-      first = FERRY_ERROR_BACKEND;
-      snprintf(saved, sizeof saved, "%s", ferry__error_text());
-    }
-  }
+  while (cd->quarantine_count > 0)
+    if (quarantine_release_oldest(dev, cd) != FERRY_OK && first == FERRY_OK) first = FERRY_ERROR_BACKEND;
   pthread_mutex_unlock(&cd->lock);
-  if (first != FERRY_OK) ferry__fail(first, "%s (found while giving the quarantine back)", saved);
+  ferry__first_failure_end(scope);
+  if (first != FERRY_OK) ferry__fail(first, "%s (found while giving the quarantine back)", ferry__error_text());
   return first;
 }
 
@@ -175,8 +172,7 @@ static ferry_status checked_free(ferry_device *dev, ferry_mem *mem) {
   /* The corruption is reported, and the memory released all the same: the bug is
    * the program's, and keeping the buffer would only leak it. */
   ferry_status st = verify(dev, a);
-  char saved[1024] = "";
-  if (st != FERRY_OK) snprintf(saved, sizeof saved, "%s", ferry__error_text());
+  ferry_error_scope scope = ferry__first_failure_begin(st != FERRY_OK); /* the quarantine's own reports come after */
   /* Out of the live list before it is poisoned: ferry_device_synchronize reads
    * the live buffers' guards under the lock, from any thread. */
   pthread_mutex_lock(&cd->lock);
@@ -190,7 +186,7 @@ static ferry_status checked_free(ferry_device *dev, ferry_mem *mem) {
   cd->quarantine_count++;
   quarantine_trim(dev, cd, QUARANTINE_BYTES, QUARANTINE_COUNT);
   pthread_mutex_unlock(&cd->lock);
-  if (st != FERRY_OK) ferry__fail(st, "%s", saved);
+  ferry__first_failure_end(scope);
   return st;
 }
 
@@ -200,20 +196,27 @@ static ferry_status check_mem(const ferry_device *dev, const ferry_mem *mem) {
 
 static ferry_status checked_check(ferry_device *dev, const ferry_mem *mem) { return check_mem(dev, mem); }
 
-static ferry_status checked_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+/* No lanes: every operation is done on return. */
+static ferry_status checked_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
+                                  size_t n) {
+  (void)lane;
   ferry_status st = check_mem(dev, dst);
   if (st == FERRY_OK) memmove((char *)dst->handle + off, src, n);
   return st;
 }
 
-static ferry_status checked_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+static ferry_status checked_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t off, void *dst,
+                                 size_t n) {
+  (void)lane;
   ferry_status st = check_mem(dev, src);
   if (st == FERRY_OK) memmove(dst, (const char *)src->handle + off, n);
   return st;
 }
 
-static ferry_status checked_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
-                                 size_t n) {
+static ferry_status checked_copy(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                                 size_t doff, size_t n, ferry_ticket *out) {
+  (void)lane;
+  if (out) *out = 0;
   ferry_status st = check_mem(dev, src);
   if (st == FERRY_OK) st = check_mem(dev, dst);
   if (st == FERRY_OK) memmove((char *)dst->handle + doff, (const char *)src->handle + so, n);
@@ -251,7 +254,7 @@ static const ferry_device_ops checked_ops = {
     .free = checked_free,
     .write = checked_write,
     .read = checked_read,
-    .copy = checked_copy,
+    .copy_start = checked_copy,
     .synchronize = checked_synchronize,
     .driver_info = checked_driver_info,
     .trim = checked_trim,

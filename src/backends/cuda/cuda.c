@@ -8,16 +8,22 @@
  * at probe and released at shutdown; every operation makes it current on the
  * calling thread (a cuCtxGetCurrent, nothing more when it already is).
  *
- * Memory: cuMemAlloc. A synchronous cuMemcpyHtoD from pageable memory may
- * return once the bytes are staged, before the DMA lands; ferry's writes are
- * complete on return, through a stream synchronisation (or, FERRY_CUDA_H2D,
- * CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, or the core's bounce through pinned memory).
+ * Lanes are non-blocking streams of ferry's own (never ordered with the legacy
+ * stream, so ferry never waits for work it did not submit); tickets are events
+ * from a per-device pool, recorded after the work; gates are 32-bit words of
+ * mapped pinned memory that cuStreamWaitValue32 makes a stream wait for and the
+ * host raises with a plain store.
+ *
+ * Memory: cuMemAlloc. A cuMemcpyHtoDAsync from pageable memory may return once
+ * the bytes are staged, before the DMA lands; ferry's synchronous writes are
+ * complete on return, through a synchronisation of their stream (or,
+ * FERRY_CUDA_H2D, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, or the core's bounce
+ * through pinned memory).
  * Host-pointer buffers: cuMemHostRegister (PORTABLE | DEVICEMAP) over the
  * user's array, which stays plain coherent host memory (ferry_mem.host).
  * Pinned memory for the core's engine: cuMemHostAlloc(PORTABLE), or
  * cuMemHostRegister(PORTABLE) of a block another allocator made; DMA is
- * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on a per-device stream for each
- * direction, with an event from a per-device pool as the ticket.
+ * cuMemcpyHtoDAsync / cuMemcpyDtoHAsync on the lane's stream.
  * docs/backends/cuda.md has the whole mapping and the reasons.
  */
 #include "cuda_api.h"
@@ -56,11 +62,16 @@ typedef struct cuda_device {
   cu_context ctx; /* the primary context, retained */
   int cc_major, cc_minor;
   h2d_mode mode;
-  bool peer_enabled;   /* FERRY_CUDA_PEER != 0 */
-  cu_stream stream[2]; /* blocking streams for DMA, one per ferry_dma_dir, so that the two ways overlap */
+  bool peer_enabled; /* FERRY_CUDA_PEER != 0 */
   pthread_mutex_t events_lock;
-  cu_event *events; /* idle events: each ticket is one, recorded after its copy */
-  size_t event_count, event_capacity;
+  /* Idle events, for tickets: [0] without timing, [1] with (markers that
+   * ferry_event_elapsed may measure). */
+  cu_event *events[2];
+  size_t event_count[2], event_capacity[2];
+  /* Gates: pages of mapped pinned memory, 32-bit words handed out one per gate. */
+  pthread_mutex_t gates_lock;
+  struct cuda_gate_page *gate_pages;
+  struct cuda_gate *free_gates;
   _Atomic int peer[CUDA_MAX_DEVICES]; /* 0 not yet asked, 1 peer copies, -1 staged */
   char name[300];
 } cuda_device;
@@ -240,21 +251,300 @@ static ferry_status cuda_free(ferry_device *dev, ferry_mem *mem) {
   return st;
 }
 
+/* ---- lanes, tickets and gates ----------------------------------------------------------- */
+
+/* A lane: a non-blocking stream of the device's primary context. */
+typedef struct cuda_lane {
+  cu_stream stream;
+} cuda_lane;
+
+static cu_stream stream_of(ferry_lane *lane) { return lane ? ((cuda_lane *)lane)->stream : NULL; }
+
+/* Tickets are events; the low bit says which pool one goes back to (with timing). */
+#define TICKET_TIMING 1u
+
+static cu_event event_of(ferry_ticket t) { return (cu_event)(uintptr_t)(t & ~(ferry_ticket)TICKET_TIMING); }
+
+/* An idle event for a ticket (made when none is idle); with the context current. */
+static cu_result event_take(cuda_device *cd, bool timing, cu_event *out) {
+  int pool = timing ? 1 : 0;
+  pthread_mutex_lock(&cd->events_lock);
+  bool have = cd->event_count[pool] > 0;
+  if (have) *out = cd->events[pool][--cd->event_count[pool]];
+  pthread_mutex_unlock(&cd->events_lock);
+  return have ? FCU_SUCCESS : API.cuEventCreate(out, timing ? 0 : FCU_EVENT_DISABLE_TIMING);
+}
+
+static void event_give(cuda_device *cd, bool timing, cu_event ev) {
+  int pool = timing ? 1 : 0;
+  pthread_mutex_lock(&cd->events_lock);
+  if (cd->event_count[pool] == cd->event_capacity[pool]) {
+    size_t cap = cd->event_capacity[pool] ? cd->event_capacity[pool] * 2 : 16;
+    cu_event *grown = realloc(cd->events[pool], cap * sizeof *grown);
+    if (grown) {
+      cd->events[pool] = grown;
+      cd->event_capacity[pool] = cap;
+    }
+  }
+  bool kept = cd->event_count[pool] < cd->event_capacity[pool];
+  if (kept) cd->events[pool][cd->event_count[pool]++] = ev;
+  pthread_mutex_unlock(&cd->events_lock);
+  if (!kept) (void)API.cuEventDestroy(ev);
+}
+
+/* Records a ticket for the work pushed on `stream` so far (out NULL: none). */
+static cu_result ticket_record(cuda_device *cd, cu_stream stream, bool timing, ferry_ticket *out) {
+  if (!out) return FCU_SUCCESS;
+  cu_event ev = NULL;
+  cu_result r = event_take(cd, timing, &ev);
+  if (r == FCU_SUCCESS && (r = API.cuEventRecord(ev, stream)) != FCU_SUCCESS) event_give(cd, timing, ev);
+  if (r == FCU_SUCCESS) *out = (ferry_ticket)(uintptr_t)ev | (timing ? TICKET_TIMING : 0);
+  return r;
+}
+
+static ferry_status cuda_lane_create(ferry_device *dev, ferry_lane **out) {
+  cuda_lane *l = calloc(1, sizeof *l);
+  if (!l) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a stream of %s", dev->label);
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st == FERRY_OK) {
+    cu_result r = API.cuStreamCreate(&l->stream, FCU_STREAM_NON_BLOCKING);
+    if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuStreamCreate (NON_BLOCKING)");
+    ctx_leave(&scope);
+  }
+  if (st != FERRY_OK) {
+    free(l);
+    return st;
+  }
+  *out = (ferry_lane *)l;
+  return FERRY_OK;
+}
+
+static void cuda_lane_destroy(ferry_device *dev, ferry_lane *lane) {
+  cuda_lane *l = (cuda_lane *)lane;
+  ctx_scope scope;
+  if (ctx_enter(dev, &scope) == FERRY_OK) {
+    (void)API.cuStreamDestroy(l->stream);
+    ctx_leave(&scope);
+  }
+  free(l);
+}
+
+static ferry_status cuda_lane_native(ferry_device *dev, ferry_lane *lane, ferry_native *out) {
+  (void)dev;
+  out->queue = (uintptr_t)stream_of(lane);
+  out->queue_family = 0;
+  return FERRY_OK;
+}
+
+static ferry_status cuda_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = ticket_record(dev->impl, stream_of(lane), timing, out);
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventRecord (a marker of the stream's work)");
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_device *ticket_dev, ferry_ticket ticket) {
+  if (ticket_dev->backend != dev->backend) return FERRY_ERROR_UNSUPPORTED;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  /* An event of another device's context is fine for cuStreamWaitEvent. */
+  cu_result r = API.cuStreamWaitEvent(stream_of(lane), event_of(ticket), 0);
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuStreamWaitEvent (waiting for an event of %s)", ticket_dev->label);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_ticket_query(ferry_device *dev, ferry_ticket ticket) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuEventQuery(event_of(ticket));
+  if (r == FCU_ERROR_NOT_READY)
+    st = FERRY_NOT_READY;
+  else if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuEventQuery (the stream's work failed)");
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuEventSynchronize(event_of(ticket));
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (waiting for the stream's work)");
+  ctx_leave(&scope);
+  return st;
+}
+
+static void cuda_ticket_release(ferry_device *dev, ferry_ticket ticket) {
+  event_give(dev->impl, (ticket & TICKET_TIMING) != 0, event_of(ticket));
+}
+
+static ferry_status cuda_ticket_elapsed(ferry_device *dev, ferry_ticket start, ferry_ticket stop, double *out_ms) {
+  if (!(start & TICKET_TIMING) || !(stop & TICKET_TIMING)) return FERRY_ERROR_UNSUPPORTED;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  float ms = 0;
+  cu_result r = API.cuEventElapsedTime(&ms, event_of(start), event_of(stop));
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuEventElapsedTime");
+  else
+    *out_ms = ms;
+  ctx_leave(&scope);
+  return st;
+}
+
+/* A gate: one word of a page of mapped pinned memory. Its value only grows
+ * (cyclically); a gate starts at the word's value when it is taken. */
+#define GATE_WORDS 1024
+typedef struct cuda_gate {
+  struct cuda_gate *next; /* in the free list */
+  volatile uint32_t *word;
+  cu_deviceptr device_word;
+  uint32_t base;
+} cuda_gate;
+
+typedef struct cuda_gate_page {
+  struct cuda_gate_page *next;
+  void *host;
+  cuda_gate gates[GATE_WORDS];
+} cuda_gate_page;
+
+/* A new page of gates (gates_lock held, context current). */
+static cu_result gate_page_add(cuda_device *cd) {
+  cuda_gate_page *page = calloc(1, sizeof *page);
+  if (!page) return FCU_ERROR_OUT_OF_MEMORY;
+  cu_result r = API.cuMemHostAlloc(&page->host, GATE_WORDS * sizeof(uint32_t),
+                                   FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP);
+  cu_deviceptr dptr = 0;
+  if (r == FCU_SUCCESS && (r = API.cuMemHostGetDevicePointer(&dptr, page->host, 0)) != FCU_SUCCESS)
+    (void)API.cuMemFreeHost(page->host);
+  if (r != FCU_SUCCESS) {
+    free(page);
+    return r;
+  }
+  memset(page->host, 0, GATE_WORDS * sizeof(uint32_t));
+  for (int i = 0; i < GATE_WORDS; i++) {
+    cuda_gate *gt = &page->gates[i];
+    gt->word = (volatile uint32_t *)page->host + i;
+    gt->device_word = dptr + (cu_deviceptr)i * sizeof(uint32_t);
+    gt->next = cd->free_gates;
+    cd->free_gates = gt;
+  }
+  page->next = cd->gate_pages;
+  cd->gate_pages = page;
+  return FCU_SUCCESS;
+}
+
+static ferry_status cuda_gate_create(ferry_device *dev, ferry_gate **out) {
+  cuda_device *cd = dev->impl;
+  pthread_mutex_lock(&cd->gates_lock);
+  cu_result r = FCU_SUCCESS;
+  if (!cd->free_gates) {
+    ctx_scope scope;
+    ferry_status st = ctx_enter(dev, &scope);
+    if (st != FERRY_OK) {
+      pthread_mutex_unlock(&cd->gates_lock);
+      return st;
+    }
+    r = gate_page_add(cd);
+    ctx_leave(&scope);
+  }
+  cuda_gate *gt = cd->free_gates;
+  if (gt) cd->free_gates = gt->next;
+  pthread_mutex_unlock(&cd->gates_lock);
+  if (!gt) return cu_fail(dev, r, "cuMemHostAlloc (DEVICEMAP) of a page of gates");
+  gt->base = __atomic_load_n(gt->word, __ATOMIC_ACQUIRE);
+  *out = (ferry_gate *)gt;
+  return FERRY_OK;
+}
+
+static ferry_status cuda_gate_push(ferry_device *dev, ferry_lane *lane, ferry_gate *gate, uint64_t value) {
+  cuda_gate *gt = (cuda_gate *)gate;
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r =
+      API.cuStreamWaitValue32(stream_of(lane), gt->device_word, gt->base + (uint32_t)value, FCU_STREAM_WAIT_VALUE_GEQ);
+  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuStreamWaitValue32 (a stream waiting for the host)");
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_gate_raise(ferry_device *dev, ferry_gate *gate, uint64_t value) {
+  (void)dev;
+  cuda_gate *gt = (cuda_gate *)gate;
+  uint32_t want = gt->base + (uint32_t)value, now = __atomic_load_n(gt->word, __ATOMIC_RELAXED);
+  /* Never lower it. A sequentially consistent store (a full barrier on x86):
+   * the bytes written before the raise are visible before the device reads
+   * the word, and the word leaves the processor's store buffer at once. */
+  if ((int32_t)(want - now) > 0) __atomic_store_n(gt->word, want, __ATOMIC_SEQ_CST);
+  return FERRY_OK;
+}
+
+static void cuda_gate_destroy(ferry_device *dev, ferry_gate *gate) {
+  cuda_device *cd = dev->impl;
+  cuda_gate *gt = (cuda_gate *)gate;
+  pthread_mutex_lock(&cd->gates_lock);
+  gt->next = cd->free_gates;
+  cd->free_gates = gt;
+  pthread_mutex_unlock(&cd->gates_lock);
+}
+
+/* Can this device's streams wait for a word of mapped memory? Tried once at
+ * start: a wait that is satisfied already, on a stream of its own. */
+static bool gates_work(ferry_device *dev) {
+  if (!API.cuStreamWaitValue32) return false;
+  ferry_lane *lane = NULL;
+  ferry_gate *gate = NULL;
+  bool ok = false;
+  ferry_error_scope scope = ferry__first_failure_begin(true);
+  if (cuda_lane_create(dev, &lane) == FERRY_OK) {
+    if (cuda_gate_create(dev, &gate) == FERRY_OK) {
+      ctx_scope cs;
+      if (cuda_gate_raise(dev, gate, 1) == FERRY_OK && cuda_gate_push(dev, lane, gate, 1) == FERRY_OK &&
+          ctx_enter(dev, &cs) == FERRY_OK) {
+        ok = API.cuStreamSynchronize(stream_of(lane)) == FCU_SUCCESS;
+        ctx_leave(&cs);
+      }
+      cuda_gate_destroy(dev, gate);
+    }
+    cuda_lane_destroy(dev, lane);
+  }
+  ferry__first_failure_end(scope);
+  return ok;
+}
+
 /* ---- transfers ------------------------------------------------------------------------ */
 
-/* From pageable memory (the core sends pinned memory by DMA). */
-static ferry_status cuda_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
+/* From pageable memory (the core sends pinned memory by DMA), complete on return. */
+static ferry_status cuda_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
+                               size_t n) {
   cuda_device *cd = dev->impl;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr to = (cu_deviceptr)dst->handle + off;
-  const char *call = "cuMemcpyHtoD_v2";
-  cu_result r = API.cuMemcpyHtoD(to, src, n);
-  if (r == FCU_SUCCESS && !(cd->mode == H2D_MEMOPS && dst->impl == MEMOPS_TAG)) {
-    /* Complete on return: without SYNC_MEMOPS the DMA may still be under way. */
-    r = API.cuStreamSynchronize(NULL);
-    call = "cuStreamSynchronize (legacy stream, after cuMemcpyHtoD_v2)";
+  const char *call;
+  cu_result r;
+  if (cd->mode == H2D_MEMOPS && dst->impl == MEMOPS_TAG) {
+    call = "cuMemcpyHtoD_v2";
+    r = API.cuMemcpyHtoD(to, src, n); /* the memory's attribute makes it complete on return */
+  } else {
+    call = "cuMemcpyHtoDAsync_v2";
+    r = API.cuMemcpyHtoDAsync(to, src, n, stream_of(lane));
+    if (r == FCU_SUCCESS) {
+      /* Complete on return: from pageable memory the DMA may still be under way. */
+      r = API.cuStreamSynchronize(stream_of(lane));
+      call = "cuStreamSynchronize (after cuMemcpyHtoDAsync_v2)";
+    }
   }
   if (r != FCU_SUCCESS)
     st = cu_fail(dev, r, "%s of %zu bytes from host %p to device 0x%llx (offset %zu of a %zu-byte allocation)", call, n,
@@ -263,38 +553,73 @@ static ferry_status cuda_write(ferry_device *dev, ferry_mem *dst, size_t off, co
   return st;
 }
 
-static ferry_status cuda_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
+static ferry_status cuda_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t off, void *dst,
+                              size_t n) {
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr from = (cu_deviceptr)src->handle + off;
-  /* Device to host is complete on return, to pageable and pinned memory alike. */
-  cu_result r = API.cuMemcpyDtoH(dst, from, n);
+  const char *call = "cuMemcpyDtoHAsync_v2";
+  cu_result r = API.cuMemcpyDtoHAsync(dst, from, n, stream_of(lane));
+  if (r == FCU_SUCCESS) {
+    /* Into pageable memory the call returns once done; into pinned memory it does not. */
+    r = API.cuStreamSynchronize(stream_of(lane));
+    call = "cuStreamSynchronize (after cuMemcpyDtoHAsync_v2)";
+  }
   if (r != FCU_SUCCESS)
-    st = cu_fail(dev, r,
-                 "cuMemcpyDtoH_v2 of %zu bytes from device 0x%llx (offset %zu of a %zu-byte allocation) to host %p", n,
+    st = cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu of a %zu-byte allocation) to host %p", call, n,
                  (unsigned long long)from, off, src->bytes, dst);
   ctx_leave(&scope);
   return st;
 }
 
 /* Between two allocations of device memory (the core copies host-pointer buffers' bytes itself). */
-static ferry_status cuda_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
-                              size_t n) {
+static ferry_status cuda_copy_start(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so,
+                                    ferry_mem *dst, size_t doff, size_t n, ferry_ticket *out) {
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr from = (cu_deviceptr)src->handle + so, to = (cu_deviceptr)dst->handle + doff;
-  const char *call = "cuMemcpyDtoD_v2";
-  cu_result r = API.cuMemcpyDtoD(to, from, n);
-  if (r == FCU_SUCCESS) {
-    /* Device to device returns before the copy is done. */
-    r = API.cuStreamSynchronize(NULL);
-    call = "cuStreamSynchronize (legacy stream, after cuMemcpyDtoD_v2)";
-  }
+  const char *call = "cuMemcpyDtoDAsync_v2";
+  cu_result r = API.cuMemcpyDtoDAsync(to, from, n, stream_of(lane));
+  if (r == FCU_SUCCESS && (r = ticket_record(dev->impl, stream_of(lane), false, out)) != FCU_SUCCESS)
+    call = "cuEventRecord (after cuMemcpyDtoDAsync_v2)";
   if (r != FCU_SUCCESS)
     st = cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to device 0x%llx (offset %zu)", call, n,
                  (unsigned long long)from, so, (unsigned long long)to, doff);
+  ctx_leave(&scope);
+  return st;
+}
+
+static ferry_status cuda_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t off, size_t n,
+                                    uint32_t pattern, unsigned pattern_size, ferry_ticket *out) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_deviceptr at = (cu_deviceptr)mem->handle + off;
+  cu_stream stream = stream_of(lane);
+  const char *call;
+  cu_result r;
+  /* The pattern's bytes are the first pattern_size bytes of `pattern` as it lies in memory. */
+  if (pattern_size == 1) {
+    unsigned char v;
+    memcpy(&v, &pattern, 1);
+    call = "cuMemsetD8Async";
+    r = API.cuMemsetD8Async(at, v, n, stream);
+  } else if (pattern_size == 2) {
+    unsigned short v;
+    memcpy(&v, &pattern, 2);
+    call = "cuMemsetD16Async";
+    r = API.cuMemsetD16Async(at, v, n / 2, stream);
+  } else {
+    call = "cuMemsetD32Async";
+    r = API.cuMemsetD32Async(at, pattern, n / 4, stream);
+  }
+  if (r == FCU_SUCCESS && (r = ticket_record(dev->impl, stream, false, out)) != FCU_SUCCESS)
+    call = "cuEventRecord (after a fill)";
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "%s of %zu bytes at device 0x%llx (offset %zu), a %u-byte pattern", call, n,
+                 (unsigned long long)at, off, pattern_size);
   ctx_leave(&scope);
   return st;
 }
@@ -327,22 +652,20 @@ static bool peer_ready(cuda_device *s, cuda_device *d) {
   return state > 0;
 }
 
-static ferry_status cuda_copy_peer(ferry_device *sdev, const ferry_mem *src, size_t so, ferry_device *ddev,
-                                   ferry_mem *dst, size_t doff, size_t n) {
+static ferry_status cuda_peer_start(ferry_device *lane_dev, ferry_lane *lane, ferry_device *sdev, const ferry_mem *src,
+                                    size_t so, ferry_device *ddev, ferry_mem *dst, size_t doff, size_t n,
+                                    ferry_ticket *out) {
   cuda_device *s = sdev->impl, *d = ddev->impl;
   /* Host memory on either side: the core reads or writes it directly. */
   if (src->host || dst->host || !peer_ready(s, d)) return FERRY_ERROR_UNSUPPORTED;
   ctx_scope scope;
-  ferry_status st = ctx_enter(ddev, &scope);
+  ferry_status st = ctx_enter(lane_dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr from = (cu_deviceptr)src->handle + so, to = (cu_deviceptr)dst->handle + doff;
-  const char *call = "cuMemcpyPeer";
-  cu_result r = API.cuMemcpyPeer(to, d->ctx, from, s->ctx, n);
-  if (r == FCU_SUCCESS) {
-    /* cuMemcpyPeer returns before the copy is done. */
-    r = API.cuCtxSynchronize();
-    call = "cuCtxSynchronize (after cuMemcpyPeer)";
-  }
+  const char *call = "cuMemcpyPeerAsync";
+  cu_result r = API.cuMemcpyPeerAsync(to, d->ctx, from, s->ctx, n, stream_of(lane));
+  if (r == FCU_SUCCESS && (r = ticket_record(lane_dev->impl, stream_of(lane), false, out)) != FCU_SUCCESS)
+    call = "cuEventRecord (after cuMemcpyPeerAsync)";
   if (r != FCU_SUCCESS) {
     char err[768];
     st = ferry__fail(status_of(r), "%s of %zu bytes from %s (0x%llx) to %s (0x%llx) failed: %s", call, n, sdev->label,
@@ -394,13 +717,17 @@ static ferry_status cuda_host_ptr_import(ferry_device *dev, void *host, size_t b
 static ferry_status cuda_host_ptr_sync(ferry_device *dev, ferry_mem *mem, ferry_sync_dir dir) {
   (void)mem;
   /* The memory is coherent: handing it to the device needs nothing. Taking it
-   * back waits for the kernels that may still write to it. */
+   * back waits for kernels the program launched on the legacy stream (or on
+   * blocking streams), which may still write to it; ferry's own streams are
+   * non-blocking and its work on the buffer is done already, so this never
+   * waits for a stream that waits for the calling thread. */
   if (dir == FERRY_SYNC_TO_DEVICE) return FERRY_OK;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
-  cu_result r = API.cuCtxSynchronize();
-  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuCtxSynchronize (handing a host-pointer buffer's array back)");
+  cu_result r = API.cuStreamSynchronize(NULL);
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuStreamSynchronize (legacy stream, handing a host-pointer buffer's array back)");
   ctx_leave(&scope);
   return st;
 }
@@ -561,74 +888,23 @@ static bool cuda_host_pinned(ferry_device *dev, const void *ptr, size_t bytes) {
 
 /* ---- DMA for the core's engine --------------------------------------------------------------- */
 
-/* An idle event for a ticket (made when none is idle); with the context current. */
-static cu_result event_take(cuda_device *cd, cu_event *out) {
-  pthread_mutex_lock(&cd->events_lock);
-  bool have = cd->event_count > 0;
-  if (have) *out = cd->events[--cd->event_count];
-  pthread_mutex_unlock(&cd->events_lock);
-  return have ? FCU_SUCCESS : API.cuEventCreate(out, FCU_EVENT_DISABLE_TIMING);
-}
-
-static void event_give(cuda_device *cd, cu_event ev) {
-  pthread_mutex_lock(&cd->events_lock);
-  if (cd->event_count == cd->event_capacity) {
-    size_t cap = cd->event_capacity ? cd->event_capacity * 2 : 16;
-    cu_event *grown = realloc(cd->events, cap * sizeof *grown);
-    if (grown) {
-      cd->events = grown;
-      cd->event_capacity = cap;
-    }
-  }
-  bool kept = cd->event_count < cd->event_capacity;
-  if (kept) cd->events[cd->event_count++] = ev;
-  pthread_mutex_unlock(&cd->events_lock);
-  if (!kept) (void)API.cuEventDestroy(ev);
-}
-
-static ferry_status cuda_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+static ferry_status cuda_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
                                    const ferry_pinned *host, size_t n, ferry_ticket *out) {
-  cuda_device *cd = dev->impl;
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_deviceptr at = (cu_deviceptr)mem->handle + off;
-  cu_stream stream = cd->stream[dir];
-  cu_event ev = NULL;
-  const char *call = "cuEventCreate";
-  cu_result r = event_take(cd, &ev);
-  if (r == FCU_SUCCESS) {
-    call = dir == FERRY_DMA_TO_DEVICE ? "cuMemcpyHtoDAsync_v2" : "cuMemcpyDtoHAsync_v2";
-    r = dir == FERRY_DMA_TO_DEVICE ? API.cuMemcpyHtoDAsync(at, host->host, n, stream)
-                                   : API.cuMemcpyDtoHAsync(host->host, at, n, stream);
-  }
-  if (r == FCU_SUCCESS) {
-    call = "cuEventRecord";
-    r = API.cuEventRecord(ev, stream);
-  }
-  if (r != FCU_SUCCESS) {
-    if (ev) event_give(cd, ev);
+  cu_stream stream = stream_of(lane);
+  const char *call = dir == FERRY_DMA_TO_DEVICE ? "cuMemcpyHtoDAsync_v2" : "cuMemcpyDtoHAsync_v2";
+  cu_result r = dir == FERRY_DMA_TO_DEVICE ? API.cuMemcpyHtoDAsync(at, host->host, n, stream)
+                                           : API.cuMemcpyDtoHAsync(host->host, at, n, stream);
+  if (r == FCU_SUCCESS && (r = ticket_record(dev->impl, stream, false, out)) != FCU_SUCCESS) call = "cuEventRecord";
+  if (r != FCU_SUCCESS)
     st = dir == FERRY_DMA_TO_DEVICE
              ? cu_fail(dev, r, "%s of %zu bytes from pinned host memory %p to device 0x%llx (offset %zu)", call, n,
                        host->host, (unsigned long long)at, off)
              : cu_fail(dev, r, "%s of %zu bytes from device 0x%llx (offset %zu) to pinned host memory %p", call, n,
                        (unsigned long long)at, off, host->host);
-  } else {
-    *out = (ferry_ticket)(uintptr_t)ev;
-  }
-  ctx_leave(&scope);
-  return st;
-}
-
-static ferry_status cuda_dma_wait(ferry_device *dev, ferry_ticket ticket) {
-  cuda_device *cd = dev->impl;
-  cu_event ev = (cu_event)(uintptr_t)ticket;
-  ctx_scope scope;
-  ferry_status st = ctx_enter(dev, &scope);
-  if (st != FERRY_OK) return st;
-  cu_result r = API.cuEventSynchronize(ev);
-  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (waiting for a copy to or from pinned memory)");
-  event_give(cd, ev);
   ctx_leave(&scope);
   return st;
 }
@@ -702,17 +978,24 @@ static ferry_status cuda_driver_info(ferry_device *dev, ferry_driver_info *out) 
 static void device_teardown(cuda_device *cd) {
   if (cd->ctx) {
     if (API.cuCtxPushCurrent(cd->ctx) == FCU_SUCCESS) {
-      for (size_t i = 0; i < cd->event_count; i++)
-        (void)API.cuEventDestroy(cd->events[i]);
-      for (int i = 0; i < 2; i++)
-        if (cd->stream[i]) (void)API.cuStreamDestroy(cd->stream[i]);
+      for (int p = 0; p < 2; p++)
+        for (size_t i = 0; i < cd->event_count[p]; i++)
+          (void)API.cuEventDestroy(cd->events[p][i]);
+      while (cd->gate_pages) {
+        cuda_gate_page *page = cd->gate_pages;
+        cd->gate_pages = page->next;
+        (void)API.cuMemFreeHost(page->host);
+        free(page);
+      }
       cu_context popped;
       (void)API.cuCtxPopCurrent(&popped);
     }
     (void)API.cuDevicePrimaryCtxRelease(cd->device);
   }
   pthread_mutex_destroy(&cd->events_lock);
-  free(cd->events);
+  pthread_mutex_destroy(&cd->gates_lock);
+  free(cd->events[0]);
+  free(cd->events[1]);
   free(cd);
 }
 
@@ -723,8 +1006,9 @@ static const ferry_device_ops cuda_ops = {
     .free = cuda_free,
     .write = cuda_write,
     .read = cuda_read,
-    .copy = cuda_copy,
-    .copy_peer = cuda_copy_peer,
+    .copy_start = cuda_copy_start,
+    .fill_start = cuda_fill_start,
+    .peer_start = cuda_peer_start,
     .host_ptr_import = cuda_host_ptr_import,
     .host_ptr_sync = cuda_host_ptr_sync,
     .host_ptr_release = cuda_host_ptr_release,
@@ -733,7 +1017,19 @@ static const ferry_device_ops cuda_ops = {
     .pin_release = cuda_pin_release,
     .host_pinned = cuda_host_pinned,
     .dma_start = cuda_dma_start,
-    .dma_wait = cuda_dma_wait,
+    .lane_create = cuda_lane_create,
+    .lane_destroy = cuda_lane_destroy,
+    .lane_native = cuda_lane_native,
+    .marker = cuda_marker,
+    .lane_wait = cuda_lane_wait,
+    .gate_create = cuda_gate_create,
+    .gate_push = cuda_gate_push,
+    .gate_raise = cuda_gate_raise,
+    .gate_destroy = cuda_gate_destroy,
+    .ticket_query = cuda_ticket_query,
+    .ticket_wait = cuda_ticket_wait,
+    .ticket_release = cuda_ticket_release,
+    .ticket_elapsed = cuda_ticket_elapsed,
     .synchronize = cuda_synchronize,
     .native = cuda_native,
     .free_memory = cuda_free_memory,
@@ -742,6 +1038,10 @@ static const ferry_device_ops cuda_ops = {
     .dlpack_device = cuda_dlpack_device,
     .destroy = cuda_destroy,
 };
+
+/* The same for devices whose streams cannot wait for the host (no stream memory
+ * operations): the core pushes their queued work as it becomes ready. */
+static ferry_device_ops cuda_ops_without_gates;
 
 /* ---- loading and probing ---------------------------------------------------------------------- */
 
@@ -815,20 +1115,8 @@ static ferry_status device_setup(cuda_device *cd, int ordinal, ferry_device_desc
     return ferry__fail(FERRY_ERROR_BACKEND, "cuDevicePrimaryCtxRetain for CUDA device %d (%s) failed: %s", ordinal,
                        cd->name, ferry__cuda_error_text(r, err, sizeof err));
   cd->ctx = ctx;
-  if ((r = API.cuCtxPushCurrent(ctx)) != FCU_SUCCESS)
-    return ferry__fail(FERRY_ERROR_BACKEND, "cuCtxPushCurrent_v2 for CUDA device %d (%s) failed: %s", ordinal, cd->name,
-                       ferry__cuda_error_text(r, err, sizeof err));
-  const char *call = "cuStreamCreate";
-  r = FCU_SUCCESS;
-  for (int i = 0; i < 2 && r == FCU_SUCCESS; i++)
-    r = API.cuStreamCreate(&cd->stream[i], FCU_STREAM_DEFAULT); /* blocking: ordered with the legacy stream */
-  cu_context popped;
-  (void)API.cuCtxPopCurrent(&popped);
-  if (r != FCU_SUCCESS)
-    return ferry__fail(FERRY_ERROR_BACKEND, "%s for CUDA device %d (%s) failed: %s", call, ordinal, cd->name,
-                       ferry__cuda_error_text(r, err, sizeof err));
   *desc = (ferry_device_desc){
-      .ops = &cuda_ops,
+      .ops = &cuda_ops, /* without gates if they do not work: see cuda_probe */
       .impl = cd,
       .name = cd->name,
       .total_memory = total,
@@ -867,6 +1155,7 @@ static ferry_status cuda_probe(ferry_probe *probe) {
     cuda_device *cd = calloc(1, sizeof *cd);
     if (!cd) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for CUDA device %d", ordinal);
     pthread_mutex_init(&cd->events_lock, NULL);
+    pthread_mutex_init(&cd->gates_lock, NULL);
     cd->index = added;
     cd->ordinal = ordinal;
     cd->mode = mode;
@@ -878,6 +1167,17 @@ static ferry_status cuda_probe(ferry_probe *probe) {
       if (!first_failure[0]) snprintf(first_failure, sizeof first_failure, "%s", ferry__error_text());
       device_teardown(cd);
       continue;
+    }
+    /* Gates need stream memory operations: tried on the device itself. */
+    ferry_device trial = {.impl = cd};
+    snprintf(trial.label, sizeof trial.label, "CUDA device %d (%.200s)", ordinal, cd->name);
+    if (!gates_work(&trial)) {
+      cuda_ops_without_gates = cuda_ops;
+      cuda_ops_without_gates.gate_create = NULL;
+      cuda_ops_without_gates.gate_push = NULL;
+      cuda_ops_without_gates.gate_raise = NULL;
+      cuda_ops_without_gates.gate_destroy = NULL;
+      desc.ops = &cuda_ops_without_gates;
     }
     st = ferry__device_add(probe, &desc);
     if (st != FERRY_OK) {

@@ -129,11 +129,13 @@ enum {
 #define FCU_STREAM_DEFAULT            0x0u /* blocking: ordered with the legacy default stream */
 #define FCU_STREAM_NON_BLOCKING       0x1u
 #define FCU_EVENT_DISABLE_TIMING      0x2u
+#define FCU_STREAM_WAIT_VALUE_GEQ     0x0u /* (int32_t)(*addr - value) >= 0: a cyclic greater-or-equal */
 
 /*
  * The driver functions: X(required, member, "symbol", return type, parameters).
  * A required symbol missing from the library makes the backend absent; the
- * others (used by tests and benchmarks only) are NULL when missing.
+ * others (used by tests and benchmarks, or by ferry with a fallback) are NULL
+ * when missing.
  */
 #define FERRY_CUDA_FUNCTIONS(X)                                                                                        \
   X(1, cuGetErrorName, "cuGetErrorName", cu_result, (cu_result error, const char **str))                               \
@@ -182,15 +184,27 @@ enum {
     (void *dst, cu_deviceptr src, size_t bytes, cu_stream stream))                                                     \
   X(1, cuMemcpyPeer, "cuMemcpyPeer", cu_result,                                                                        \
     (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx, size_t bytes))                        \
+  X(1, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", cu_result,                                                           \
+    (cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream stream))                                              \
+  X(1, cuMemcpyPeerAsync, "cuMemcpyPeerAsync", cu_result,                                                              \
+    (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx, size_t bytes, cu_stream stream))      \
+  X(1, cuMemsetD8Async, "cuMemsetD8Async", cu_result, (cu_deviceptr dst, unsigned char value, size_t n, cu_stream s))  \
+  X(1, cuMemsetD16Async, "cuMemsetD16Async", cu_result,                                                                \
+    (cu_deviceptr dst, unsigned short value, size_t n, cu_stream s))                                                   \
+  X(1, cuMemsetD32Async, "cuMemsetD32Async", cu_result, (cu_deviceptr dst, unsigned int value, size_t n, cu_stream s)) \
   X(1, cuStreamCreate, "cuStreamCreate", cu_result, (cu_stream * stream, unsigned int flags))                          \
   X(1, cuStreamDestroy, "cuStreamDestroy_v2", cu_result, (cu_stream stream))                                           \
   X(1, cuStreamSynchronize, "cuStreamSynchronize", cu_result, (cu_stream stream))                                      \
+  X(1, cuStreamQuery, "cuStreamQuery", cu_result, (cu_stream stream))                                                  \
+  X(1, cuStreamWaitEvent, "cuStreamWaitEvent", cu_result, (cu_stream stream, cu_event event, unsigned int flags))      \
   X(1, cuEventCreate, "cuEventCreate", cu_result, (cu_event * event, unsigned int flags))                              \
   X(1, cuEventRecord, "cuEventRecord", cu_result, (cu_event event, cu_stream stream))                                  \
   X(1, cuEventSynchronize, "cuEventSynchronize", cu_result, (cu_event event))                                          \
+  X(1, cuEventQuery, "cuEventQuery", cu_result, (cu_event event))                                                      \
+  X(1, cuEventElapsedTime, "cuEventElapsedTime_v2", cu_result, (float *ms, cu_event start, cu_event stop))             \
   X(1, cuEventDestroy, "cuEventDestroy_v2", cu_result, (cu_event event))                                               \
-  X(0, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", cu_result,                                                           \
-    (cu_deviceptr dst, cu_deviceptr src, size_t bytes, cu_stream stream))                                              \
+  X(0, cuStreamWaitValue32, "cuStreamWaitValue32_v2", cu_result,                                                       \
+    (cu_stream stream, cu_deviceptr addr, unsigned int value, unsigned int flags))                                     \
   X(0, cuModuleLoadData, "cuModuleLoadData", cu_result, (cu_module * module, const void *image))                       \
   X(0, cuModuleUnload, "cuModuleUnload", cu_result, (cu_module module))                                                \
   X(0, cuModuleGetFunction, "cuModuleGetFunction", cu_result, (cu_function * fn, cu_module module, const char *name))  \

@@ -226,14 +226,51 @@ static void device_teardown(metal_device *md) {
 
 static void metal_destroy(ferry_device *dev) { device_teardown(dev->impl); }
 
+/* The table's entry points (no lanes yet: every operation is done on return). */
+static ferry_status metal_write_op(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t offset, const void *src,
+                                   size_t bytes) {
+  (void)lane;
+  return ferry__metal_write(dev, dst, offset, src, bytes);
+}
+
+static ferry_status metal_read_op(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t offset, void *dst,
+                                  size_t bytes) {
+  (void)lane;
+  return ferry__metal_read(dev, src, offset, dst, bytes);
+}
+
+static ferry_status metal_copy_op(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                                  size_t doff, size_t bytes, ferry_ticket *out) {
+  (void)lane;
+  if (out) *out = 0;
+  return ferry__metal_copy(dev, src, so, dst, doff, bytes);
+}
+
+static ferry_status metal_dma_op(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+                                 const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
+  (void)lane;
+  ferry_ticket t = 0;
+  ferry_status st = ferry__metal_dma_start(dev, dir, mem, off, host, bytes, &t);
+  if (st != FERRY_OK || out) {
+    if (out) *out = t;
+    return st;
+  }
+  /* Nobody waits for it: wait here. */
+  if (t) {
+    st = ferry__metal_ticket_wait(dev, t);
+    ferry__metal_ticket_release(dev, t);
+  }
+  return st;
+}
+
 /* Apple silicon: every buffer is shared memory the core reads and writes
  * directly (ferry_mem.host), so transfers need neither the backend nor staging. */
 static const ferry_device_ops unified_ops = {
     .alloc = metal_alloc,
     .free = metal_free,
-    .write = ferry__metal_write, /* a host copy: the core never needs it (ferry_mem.host), the registry asks for it */
-    .read = ferry__metal_read,
-    .copy = ferry__metal_copy,
+    .write = metal_write_op, /* a host copy: the core never needs it (ferry_mem.host), the registry asks for it */
+    .read = metal_read_op,
+    .copy_start = metal_copy_op,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
@@ -249,14 +286,15 @@ static const ferry_device_ops unified_ops = {
 static const ferry_device_ops discrete_ops = {
     .alloc = metal_alloc,
     .free = metal_free,
-    .write = ferry__metal_write,
-    .read = ferry__metal_read,
-    .copy = ferry__metal_copy,
+    .write = metal_write_op,
+    .read = metal_read_op,
+    .copy_start = metal_copy_op,
     .pin_alloc = ferry__metal_pin_alloc,
     .pin_register = ferry__metal_pin_register,
     .pin_release = ferry__metal_pin_release,
-    .dma_start = ferry__metal_dma_start,
-    .dma_wait = ferry__metal_dma_wait,
+    .dma_start = metal_dma_op,
+    .ticket_wait = ferry__metal_ticket_wait,
+    .ticket_release = ferry__metal_ticket_release,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,

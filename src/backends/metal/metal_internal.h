@@ -60,6 +60,8 @@ ferry_status ferry__metal_pin_register(ferry_device *dev, void *base, size_t byt
 void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated);
 ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
                                     const ferry_pinned *host, size_t bytes, ferry_ticket *out);
-ferry_status ferry__metal_dma_wait(ferry_device *dev, ferry_ticket ticket);
+/* The wait may be called more than once; the release frees the ticket. */
+ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket);
+void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket);
 
 #endif /* FERRY_METAL_INTERNAL_H */

@@ -72,7 +72,13 @@ ferry_status ferry__metal_load(void) {
   snprintf(rt->objc_path, sizeof rt->objc_path, "%s", objc_path);
   snprintf(rt->metal_path, sizeof rt->metal_path, "%s", metal_path);
   if (!(rt->objc_library = open_library(rt->objc_path, why, sizeof why))) {
-    ferry__fail(FERRY_ERROR_UNSUPPORTED, "the Objective-C runtime could not be loaded: %s", why);
+#if !defined(__APPLE__)
+    /* Apple's runtime, missing off a Mac: say so, not that a .dylib is missing. */
+    if (strcmp(rt->objc_path, FERRY_METAL_OBJC_DEFAULT_PATH) == 0)
+      ferry__fail(FERRY_ERROR_UNSUPPORTED, "Metal is macOS only");
+    else
+#endif
+      ferry__fail(FERRY_ERROR_UNSUPPORTED, "the Objective-C runtime could not be loaded: %s", why);
     ferry__metal_unload();
     return FERRY_ERROR_UNSUPPORTED;
   }

@@ -333,9 +333,11 @@ void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintp
 
 /* A blit in flight: the ticket. */
 typedef struct metal_dma {
-  mtl_id command_buffer; /* retained until dma_wait */
+  mtl_id command_buffer; /* retained until the first wait */
   ferry_dma_dir dir;
   size_t mem_offset, bytes;
+  bool waited;
+  ferry_status status; /* the wait's, once waited */
 } metal_dma;
 
 /* A range the blit cannot move in place, complete on return. */
@@ -375,9 +377,9 @@ ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_
   return FERRY_OK;
 }
 
-ferry_status ferry__metal_dma_wait(ferry_device *dev, ferry_ticket ticket) {
+ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
   metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
-  if (!dma) return FERRY_OK; /* done in dma_start */
+  if (dma->waited) return dma->status;
   char what[256];
   if (dma->dir == FERRY_DMA_TO_DEVICE)
     snprintf(what, sizeof what, "a blit of %zu bytes from pinned host memory to device buffer offset %zu", dma->bytes,
@@ -385,7 +387,13 @@ ferry_status ferry__metal_dma_wait(ferry_device *dev, ferry_ticket ticket) {
   else
     snprintf(what, sizeof what, "a blit of %zu bytes from device buffer offset %zu to pinned host memory", dma->bytes,
              dma->mem_offset);
-  ferry_status st = blit_wait(dev, dma->command_buffer, what);
+  dma->status = blit_wait(dev, dma->command_buffer, what);
+  dma->waited = true;
+  return dma->status;
+}
+
+void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket) {
+  metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
+  if (!dma->waited) (void)ferry__metal_ticket_wait(dev, ticket); /* releases the command buffer */
   free(dma);
-  return st;
 }

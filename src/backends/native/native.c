@@ -6,7 +6,7 @@
  * on its copy threads; the backend only allocates.
  */
 #include "../../core/backend.h"
-#include "host_info.h"
+#include "../../core/host_info.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -31,11 +31,14 @@ static ferry_status native_free(ferry_device *dev, ferry_mem *mem) {
   return FERRY_OK;
 }
 
-/* The core copies ferry_mem.host memory itself; this is for completeness of the table. */
-static ferry_status native_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
-                                size_t n) {
+/* The core copies ferry_mem.host memory itself; this is for completeness of the
+ * table. No lanes: the copy is done on return. */
+static ferry_status native_copy(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                                size_t doff, size_t n, ferry_ticket *out) {
   (void)dev;
+  (void)lane;
   ferry__host_move((char *)dst->host + doff, (const char *)src->host + so, n);
+  if (out) *out = 0;
   return FERRY_OK;
 }
 
@@ -48,7 +51,7 @@ static ferry_status native_driver_info(ferry_device *dev, ferry_driver_info *out
 static const ferry_device_ops native_ops = {
     .alloc = native_alloc,
     .free = native_free,
-    .copy = native_copy,
+    .copy_start = native_copy,
     .driver_info = native_driver_info,
 };
 

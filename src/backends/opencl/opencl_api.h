@@ -4,8 +4,10 @@
  * of function pointers filled from the ICD loader (libOpenCL.so.1) at run time.
  *
  * Values are those of the OpenCL 1.2 / 3.0 specification (Khronos cl.h). Only
- * OpenCL 1.2-era entry points are used, so every conformant 1.2+ platform works
- * (NVIDIA's OpenCL 3.0 platform has 1.2-era features only).
+ * OpenCL 1.2-era entry points are required, so every conformant 1.2+ platform
+ * works (NVIDIA's OpenCL 3.0 platform has 1.2-era features only); the one 2.0
+ * entry point (clCreateCommandQueueWithProperties) is optional and used only on
+ * devices that say 2.0 or later.
  *
  * Tests and benchmarks make their own raw OpenCL calls on ferry's buffers through
  * ferry__opencl_api(), ferry_device_ptr() (the cl_mem) and ferry_device_native()
@@ -44,6 +46,10 @@ typedef cl_bitfield cl_map_flags;
 typedef cl_uint cl_mem_info;
 typedef cl_uint cl_event_info;
 typedef cl_uint cl_program_build_info;
+typedef cl_bitfield cl_properties;
+typedef cl_properties cl_queue_properties; /* OpenCL 2.0 */
+typedef cl_uint cl_profiling_info;
+typedef cl_uint cl_command_queue_info;
 
 /* ---- constants ---------------------------------------------------------- */
 
@@ -79,6 +85,7 @@ typedef cl_uint cl_program_build_info;
 #define CL_DEVICE_VERSION             0x102F
 #define CL_DEVICE_EXTENSIONS          0x1030
 #define CL_DEVICE_PLATFORM            0x1031
+#define CL_DEVICE_QUEUE_PROPERTIES    0x102A /* which cl_command_queue_properties the device takes */
 #define CL_DEVICE_HOST_UNIFIED_MEMORY 0x1035 /* OpenCL 1.1-1.2 (deprecated in 2.0, still answered) */
 /* cl_khr_device_uuid: 16 bytes (CL_UUID_SIZE_KHR). */
 #define CL_DEVICE_UUID_KHR 0x106A
@@ -93,6 +100,14 @@ typedef struct cl_device_pci_bus_info_khr {
 
 /* cl_context_properties */
 #define CL_CONTEXT_PLATFORM 0x1084
+
+/* cl_command_queue_properties; cl_command_queue_info (CL_QUEUE_PROPERTIES also names them in the
+ * property list of clCreateCommandQueueWithProperties) */
+#define CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE (1u << 0)
+#define CL_QUEUE_PROFILING_ENABLE              (1u << 1)
+#define CL_QUEUE_CONTEXT                       0x1090
+#define CL_QUEUE_DEVICE                        0x1091
+#define CL_QUEUE_PROPERTIES                    0x1093
 
 /* cl_mem_flags */
 #define CL_MEM_READ_WRITE     (1u << 0)
@@ -118,25 +133,39 @@ typedef struct cl_device_pci_bus_info_khr {
 /* cl_mem_object_type */
 #define CL_MEM_OBJECT_BUFFER 0x10F0
 
-/* cl_event_info and execution status */
+/* cl_event_info and execution status (negative: the command's error code) */
 #define CL_EVENT_COMMAND_EXECUTION_STATUS 0x11D3
+#define CL_EVENT_CONTEXT                  0x11D4
 #define CL_COMPLETE                       0x0
+#define CL_RUNNING                        0x1
+#define CL_SUBMITTED                      0x2
+#define CL_QUEUED                         0x3
+
+/* cl_profiling_info: nanoseconds of the device's clock */
+#define CL_PROFILING_COMMAND_START 0x1282
+#define CL_PROFILING_COMMAND_END   0x1283
 
 /* cl_program_build_info */
 #define CL_PROGRAM_BUILD_LOG 0x1183
 
 /* Error codes (the ones ferry names are listed in ferry__opencl_error_name). */
-#define CL_DEVICE_NOT_FOUND              -1
-#define CL_MEM_OBJECT_ALLOCATION_FAILURE -4
-#define CL_OUT_OF_RESOURCES              -5
-#define CL_OUT_OF_HOST_MEMORY            -6
-#define CL_MEM_COPY_OVERLAP              -8
-#define CL_MAP_FAILURE                   -12
-#define CL_INVALID_VALUE                 -30
-#define CL_INVALID_HOST_PTR              -37
-#define CL_INVALID_MEM_OBJECT            -38
-#define CL_INVALID_BUFFER_SIZE           -61
-#define CL_PLATFORM_NOT_FOUND_KHR        -1001
+#define CL_DEVICE_NOT_FOUND                          -1
+#define CL_MEM_OBJECT_ALLOCATION_FAILURE             -4
+#define CL_OUT_OF_RESOURCES                          -5
+#define CL_OUT_OF_HOST_MEMORY                        -6
+#define CL_PROFILING_INFO_NOT_AVAILABLE              -7
+#define CL_MEM_COPY_OVERLAP                          -8
+#define CL_MAP_FAILURE                               -12
+#define CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST -14
+#define CL_INVALID_VALUE                             -30
+#define CL_INVALID_CONTEXT                           -34
+#define CL_INVALID_QUEUE_PROPERTIES                  -35
+#define CL_INVALID_HOST_PTR                          -37
+#define CL_INVALID_MEM_OBJECT                        -38
+#define CL_INVALID_EVENT                             -58
+#define CL_INVALID_OPERATION                         -59
+#define CL_INVALID_BUFFER_SIZE                       -61
+#define CL_PLATFORM_NOT_FOUND_KHR                    -1001
 
 /* ---- entry points ------------------------------------------------------- */
 
@@ -161,7 +190,10 @@ typedef struct ferry_cl_api {
   cl_int (*clReleaseContext)(cl_context context);
   cl_command_queue (*clCreateCommandQueue)(cl_context context, cl_device_id device,
                                            cl_command_queue_properties properties, cl_int *errcode_ret);
+  cl_int (*clRetainCommandQueue)(cl_command_queue queue);
   cl_int (*clReleaseCommandQueue)(cl_command_queue queue);
+  cl_int (*clGetCommandQueueInfo)(cl_command_queue queue, cl_command_queue_info name, size_t size, void *value,
+                                  size_t *size_ret);
   cl_mem (*clCreateBuffer)(cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *errcode_ret);
   cl_int (*clReleaseMemObject)(cl_mem mem);
   cl_int (*clGetMemObjectInfo)(cl_mem mem, cl_mem_info name, size_t size, void *value, size_t *size_ret);
@@ -181,6 +213,21 @@ typedef struct ferry_cl_api {
   cl_int (*clWaitForEvents)(cl_uint num_events, const cl_event *events);
   cl_int (*clGetEventInfo)(cl_event event, cl_event_info name, size_t size, void *value, size_t *size_ret);
   cl_int (*clReleaseEvent)(cl_event event);
+  /* Lanes, tickets and gates (OpenCL 1.1 user events, 1.2 markers, barriers and fills). */
+  cl_int (*clGetEventProfilingInfo)(cl_event event, cl_profiling_info name, size_t size, void *value, size_t *size_ret);
+  cl_event (*clCreateUserEvent)(cl_context context, cl_int *errcode_ret);
+  cl_int (*clSetUserEventStatus)(cl_event event, cl_int status);
+  cl_int (*clEnqueueMarkerWithWaitList)(cl_command_queue queue, cl_uint num_events, const cl_event *wait_list,
+                                        cl_event *event);
+  cl_int (*clEnqueueBarrierWithWaitList)(cl_command_queue queue, cl_uint num_events, const cl_event *wait_list,
+                                         cl_event *event);
+  cl_int (*clEnqueueFillBuffer)(cl_command_queue queue, cl_mem buffer, const void *pattern, size_t pattern_size,
+                                size_t offset, size_t size, cl_uint num_events, const cl_event *wait_list,
+                                cl_event *event);
+
+  /* optional (OpenCL 2.0): a queue from a property list; used on 2.0+ devices */
+  cl_command_queue (*clCreateCommandQueueWithProperties)(cl_context context, cl_device_id device,
+                                                         const cl_queue_properties *properties, cl_int *errcode_ret);
 
   /* optional (OpenCL 1.1): called once the driver destroyed the buffer */
   cl_int (*clSetMemObjectDestructorCallback)(cl_mem mem, ferry_cl_mem_notify notify, void *user_data);

@@ -49,6 +49,8 @@ static void read_options(void) {
   ferry__vkb_opts.transferqueue = ferry__option_has_word("FERRY_VULKAN_DEBUG", "transferqueue");
   ferry__vkb_opts.noshader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "noshader");
   ferry__vkb_opts.shader = ferry__option_has_word("FERRY_VULKAN_DEBUG", "shader");
+  ferry__vkb_opts.notimeline = ferry__option_has_word("FERRY_VULKAN_DEBUG", "notimeline");
+  ferry__vkb_opts.gates = ferry__option_has_word("FERRY_VULKAN_DEBUG", "gates");
   /* The values are checked against vulkan_options' ranges at ferry_init. The
    * copy shader's shape is for tuning on new hardware (the default is the
    * fastest shape measured on the H200: docs/backends/vulkan.md). */
@@ -86,6 +88,24 @@ static bool device_has_extension(const vkb_device *d, const char *name) {
  * (1.1), the PCI address (VK_EXT_pci_bus_info); the API version always. */
 static ferry_status vkb_driver_info(ferry_device *dev, ferry_driver_info *out) {
   const vkb_device *d = dev->impl;
+  /* What vulkaninfo shows first: the compute limits, the heaps and memory types,
+   * the queue families. */
+  out->max_work_group_size = d->props.limits.maxComputeWorkGroupInvocations;
+  out->local_memory = d->props.limits.maxComputeSharedMemorySize;
+  out->heap_count = d->memory.memoryHeapCount < FERRY_MAX_HEAPS ? d->memory.memoryHeapCount : FERRY_MAX_HEAPS;
+  for (uint32_t i = 0; i < out->heap_count; i++)
+    out->heaps[i] = (ferry_memory_heap){d->memory.memoryHeaps[i].size, d->memory.memoryHeaps[i].flags};
+  out->memory_type_count =
+      d->memory.memoryTypeCount < FERRY_MAX_MEMORY_TYPES ? d->memory.memoryTypeCount : FERRY_MAX_MEMORY_TYPES;
+  for (uint32_t i = 0; i < out->memory_type_count; i++)
+    out->memory_types[i] =
+        (ferry_memory_type){d->memory.memoryTypes[i].propertyFlags, d->memory.memoryTypes[i].heapIndex};
+  VkQueueFamilyProperties families[FERRY_MAX_QUEUE_FAMILIES];
+  uint32_t nf = FERRY_MAX_QUEUE_FAMILIES;
+  ferry__vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &nf, families);
+  out->queue_family_count = nf < FERRY_MAX_QUEUE_FAMILIES ? nf : FERRY_MAX_QUEUE_FAMILIES;
+  for (uint32_t i = 0; i < out->queue_family_count; i++)
+    out->queue_families[i] = (ferry_queue_family){families[i].queueFlags, families[i].queueCount};
   uint32_t api = d->props.apiVersion;
   snprintf(out->api_version, sizeof out->api_version, "Vulkan %u.%u.%u", VK_API_VERSION_MAJOR(api),
            VK_API_VERSION_MINOR(api), VK_API_VERSION_PATCH(api));
@@ -125,6 +145,7 @@ static void device_close(vkb_device *d) {
   if (!d) return;
   if (d->device) {
     ferry__vk()->vkDeviceWaitIdle(d->device);
+    ferry__vkb_lanes_teardown(d); /* gives its contexts back to their queues first */
     ferry__vkb_transfer_teardown(d);
     ferry__vkb_memory_teardown(d);
     ferry__vk()->vkDestroyDevice(d->device, NULL);
@@ -133,10 +154,10 @@ static void device_close(vkb_device *d) {
     pthread_mutex_destroy(&d->alloc_lock);
     pthread_mutex_destroy(&d->copier.lock);
   }
-  for (int i = 0; i < 2; i++) {
-    if (!d->lanes[i].ready) continue;
-    pthread_mutex_destroy(&d->lanes[i].lock);
-    pthread_mutex_destroy(&d->lanes[i].ctx_lock);
+  for (uint32_t i = 0; i < VKB_QUEUES_MAX; i++) {
+    if (!d->queues[i].ready) continue;
+    pthread_mutex_destroy(&d->queues[i].lock);
+    pthread_mutex_destroy(&d->queues[i].ctx_lock);
   }
   free(d);
 }
@@ -146,12 +167,23 @@ static void vkb_destroy(ferry_device *dev) {
   dev->impl = NULL;
 }
 
+/* Devices with timeline semaphores: lanes and tickets (vulkan_lanes.c), and no
+ * gates. A gate is a batch waiting for a semaphore only the host signals, and
+ * drivers run a VkQueue's batches in order (lavapipe on one thread; GPUs on one
+ * hardware queue): every later batch of that VkQueue, those of the synchronous
+ * calls included, would wait behind it, so a synchronous read of an unrelated
+ * buffer waited for another queue's event (tests/test_queues.c, staged_sides).
+ * Without gates the core pushes a queue's work only once it is ready (its waits
+ * ended on the queue's thread), which keeps every lane independent. Until lanes
+ * have VkQueues of their own, gates are a testing path:
+ * FERRY_VULKAN_DEBUG=gates (vkb_ops_gated). */
 static const ferry_device_ops vkb_ops = {
     .alloc = ferry__vkb_alloc,
     .free = ferry__vkb_free,
     .write = ferry__vkb_write,
     .read = ferry__vkb_read,
-    .copy = ferry__vkb_copy,
+    .copy_start = ferry__vkb_copy,
+    .fill_start = ferry__vkb_fill,
     .host_ptr_import = ferry__vkb_host_ptr_import,
     .host_ptr_sync = ferry__vkb_host_ptr_sync,
     .host_ptr_release = ferry__vkb_host_ptr_release,
@@ -159,7 +191,54 @@ static const ferry_device_ops vkb_ops = {
     .pin_register = ferry__vkb_pin_register,
     .pin_release = ferry__vkb_pin_release,
     .dma_start = ferry__vkb_dma_start,
-    .dma_wait = ferry__vkb_dma_wait,
+    .lane_create = ferry__vkb_lane_create,
+    .lane_destroy = ferry__vkb_lane_destroy,
+    .lane_native = ferry__vkb_lane_native,
+    .marker = ferry__vkb_marker,
+    .lane_wait = ferry__vkb_lane_wait,
+    .ticket_query = ferry__vkb_ticket_query,
+    .ticket_wait = ferry__vkb_ticket_wait,
+    .ticket_release = ferry__vkb_ticket_release,
+    .ticket_elapsed = ferry__vkb_ticket_elapsed,
+    .synchronize = ferry__vkb_synchronize,
+    .native = vkb_native,
+    .free_memory = ferry__vkb_free_memory,
+    .driver_info = vkb_driver_info,
+    .destroy = vkb_destroy,
+};
+
+/* The same with gates (FERRY_VULKAN_DEBUG=gates), made from vkb_ops when the
+ * backend starts. */
+static ferry_device_ops vkb_ops_gated;
+
+static void gated_ops_make(void) {
+  vkb_ops_gated = vkb_ops;
+  vkb_ops_gated.gate_create = ferry__vkb_gate_create;
+  vkb_ops_gated.gate_push = ferry__vkb_gate_push;
+  vkb_ops_gated.gate_raise = ferry__vkb_gate_raise;
+  vkb_ops_gated.gate_destroy = ferry__vkb_gate_destroy;
+}
+
+/* Without them (Vulkan 1.1 without VK_KHR_timeline_semaphore, or
+ * FERRY_VULKAN_DEBUG=notimeline): no lanes, so the core runs queues on its
+ * thread; every operation is submitted with a fence, and a DMA's ticket is
+ * its command context. */
+static const ferry_device_ops vkb_ops_fenced = {
+    .alloc = ferry__vkb_alloc,
+    .free = ferry__vkb_free,
+    .write = ferry__vkb_write,
+    .read = ferry__vkb_read,
+    .copy_start = ferry__vkb_copy,
+    .fill_start = ferry__vkb_fill,
+    .host_ptr_import = ferry__vkb_host_ptr_import,
+    .host_ptr_sync = ferry__vkb_host_ptr_sync,
+    .host_ptr_release = ferry__vkb_host_ptr_release,
+    .pin_alloc = ferry__vkb_pin_alloc,
+    .pin_register = ferry__vkb_pin_register,
+    .pin_release = ferry__vkb_pin_release,
+    .dma_start = ferry__vkb_dma_start,
+    .ticket_wait = ferry__vkb_ctx_ticket_wait,
+    .ticket_release = ferry__vkb_ctx_ticket_release,
     .synchronize = ferry__vkb_synchronize,
     .native = vkb_native,
     .free_memory = ferry__vkb_free_memory,
@@ -170,7 +249,7 @@ static const ferry_device_ops vkb_ops = {
 /* ---- opening one physical device ---------------------------------------------- */
 
 typedef struct device_extensions {
-  bool host_memory, budget, portability_subset, maintenance4;
+  bool host_memory, budget, portability_subset, maintenance4, timeline;
 } device_extensions;
 
 static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
@@ -194,17 +273,25 @@ static ferry_status read_extensions(ferry_device *dev, device_extensions *out) {
     if (strcmp(e, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME) == 0) out->budget = true;
     if (strcmp(e, VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME) == 0) out->portability_subset = true;
     if (strcmp(e, VK_KHR_MAINTENANCE_4_EXTENSION_NAME) == 0) out->maintenance4 = true;
+    if (strcmp(e, VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME) == 0) out->timeline = true;
   }
   free(ext);
   return FERRY_OK;
 }
 
+/* What one family offers: its index, how many queues ferry takes, its timestamps. */
+typedef struct family_pick {
+  uint32_t index, count, timestamp_bits;
+} family_pick;
+
 /* The queue family ferry exposes: the first that can compute (compute queues can
- * always transfer). And, with FERRY_VULKAN_DEBUG=transferqueue, the first family
- * for transfers alone: its queue then moves bytes between host and device. On
- * the H200 that was slower than the exposed queue (docs/backends/vulkan.md), so
- * it is not the default. */
-static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint32_t *out_transfer) {
+ * always transfer), up to `compute_max` of its queues. And, with
+ * FERRY_VULKAN_DEBUG=transferqueue, the first family for transfers alone: its
+ * queues then move bytes between host and device (count 0: none). On the H200
+ * that was slower than the exposed queue (docs/backends/vulkan.md), so it is not
+ * the default. */
+static ferry_status pick_families(ferry_device *dev, uint32_t compute_max, uint32_t transfer_max,
+                                  family_pick *out_compute, family_pick *out_transfer) {
   vkb_device *d = dev->impl;
   uint32_t n = 0;
   ferry__vk()->vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n, NULL);
@@ -218,13 +305,21 @@ static ferry_status pick_families(ferry_device *dev, uint32_t *out_compute, uint
     if (fam[i].queueCount > 0 && (fam[i].queueFlags & VK_QUEUE_TRANSFER_BIT) &&
         !(fam[i].queueFlags & (VK_QUEUE_GRAPHICS_BIT | VK_QUEUE_COMPUTE_BIT)))
       transfer = i;
-  free(fam);
-  (void)d;
-  if (pick == UINT32_MAX)
+  if (pick == UINT32_MAX) {
+    free(fam);
     return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s has no queue family that can compute (of %u families)", dev->label,
                        n);
-  *out_compute = pick;
-  *out_transfer = ferry__vkb_opts.transferqueue ? transfer : UINT32_MAX;
+  }
+  *out_compute = (family_pick){.index = pick,
+                               .count = fam[pick].queueCount < compute_max ? fam[pick].queueCount : compute_max,
+                               .timestamp_bits = fam[pick].timestampValidBits};
+  *out_transfer = (family_pick){.index = UINT32_MAX, .count = 0};
+  if (ferry__vkb_opts.transferqueue && transfer != UINT32_MAX)
+    *out_transfer =
+        (family_pick){.index = transfer,
+                      .count = fam[transfer].queueCount < transfer_max ? fam[transfer].queueCount : transfer_max,
+                      .timestamp_bits = fam[transfer].timestampValidBits};
+  free(fam);
   return FERRY_OK;
 }
 
@@ -291,57 +386,96 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
     d->spin_ns = d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? 0 : 2000000;
 
   device_extensions ext;
-  uint32_t compute_family = 0, transfer_family = UINT32_MAX;
   ferry_status st = read_extensions(dev, &ext);
-  if (st == FERRY_OK) st = pick_families(dev, &compute_family, &transfer_family);
   if (st != FERRY_OK) return st;
   bool v11 = ferry__vk()->instance_version >= VK_API_VERSION_1_1 && d->props.apiVersion >= VK_API_VERSION_1_1 &&
              ferry__vk()->vkGetPhysicalDeviceProperties2 && ferry__vk()->vkGetPhysicalDeviceMemoryProperties2;
+  /* Timeline semaphores: Vulkan 1.2 (where the feature is required), or the
+   * extension on 1.1 (which requires it too); enabled at vkCreateDevice. */
+  bool core12 = ferry__vk()->instance_version >= VK_API_VERSION_1_2 && d->props.apiVersion >= VK_API_VERSION_1_2;
+  bool want_timeline = !ferry__vkb_opts.notimeline && v11 && (core12 || ext.timeline);
+  family_pick compute, transfer;
+  /* With lanes, several queues of a family, so that two ferry queues run at
+   * once on a GPU; without, one does everything. */
+  if ((st = pick_families(dev, want_timeline ? VKB_COMPUTE_QUEUES : 1, want_timeline ? VKB_XFER_QUEUES : 1, &compute,
+                          &transfer)) != FERRY_OK)
+    return st;
   VkDeviceSize max_memory_allocation, max_buffer, host_alignment;
   read_limits(d, &ext, v11, &max_memory_allocation, &max_buffer, &host_alignment);
 
-  const char *names[4];
+  const char *names[5];
   uint32_t count = 0;
   bool want_host = ext.host_memory && v11 && host_alignment > 0 && (host_alignment & (host_alignment - 1)) == 0 &&
                    host_import_supported(d);
   if (want_host) names[count++] = VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME;
   if (ext.budget && v11) names[count++] = VK_EXT_MEMORY_BUDGET_EXTENSION_NAME;
   if (ext.portability_subset) names[count++] = VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME;
-  float priority = 1.0f;
+  uint32_t base_count = count;
+  if (want_timeline && !core12) names[count++] = VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME;
+  float priorities[VKB_COMPUTE_QUEUES] = {1.0f, 1.0f, 1.0f, 1.0f};
   VkDeviceQueueCreateInfo queues[2] = {{.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                        .queueFamilyIndex = compute_family,
-                                        .queueCount = 1,
-                                        .pQueuePriorities = &priority},
+                                        .queueFamilyIndex = compute.index,
+                                        .queueCount = compute.count,
+                                        .pQueuePriorities = priorities},
                                        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
-                                        .queueFamilyIndex = transfer_family,
-                                        .queueCount = 1,
-                                        .pQueuePriorities = &priority}};
-  uint32_t queue_count = transfer_family == UINT32_MAX ? 1 : 2;
+                                        .queueFamilyIndex = transfer.index,
+                                        .queueCount = transfer.count,
+                                        .pQueuePriorities = priorities}};
+  uint32_t family_count = transfer.count ? 2 : 1;
+  VkPhysicalDeviceTimelineSemaphoreFeatures timeline = {
+      .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES, .timelineSemaphore = VK_TRUE};
   VkDeviceCreateInfo info = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-                             .queueCreateInfoCount = queue_count,
+                             .pNext = want_timeline ? &timeline : NULL,
+                             .queueCreateInfoCount = family_count,
                              .pQueueCreateInfos = queues,
                              .enabledExtensionCount = count,
                              .ppEnabledExtensionNames = count ? names : NULL};
   VKB_DRIVER_STARTUP_BEGIN();
   VkResult r = ferry__vk()->vkCreateDevice(phys, &info, NULL, &d->device);
+  if (r != VK_SUCCESS && want_timeline) {
+    /* A driver that refuses the feature after all: the device without lanes. */
+    want_timeline = false;
+    info.pNext = NULL;
+    info.enabledExtensionCount = base_count;
+    info.ppEnabledExtensionNames = base_count ? names : NULL;
+    r = ferry__vk()->vkCreateDevice(phys, &info, NULL, &d->device);
+  }
   VKB_DRIVER_STARTUP_END();
   if (r != VK_SUCCESS) {
     d->device = NULL;
     return ferry__vkb_fail(dev, "vkCreateDevice", r, "with %u extension(s) and queues of %u famil%s", count,
-                           queue_count, queue_count == 1 ? "y" : "ies");
+                           family_count, family_count == 1 ? "y" : "ies");
   }
-  for (uint32_t i = 0; i < queue_count; i++) {
-    vkb_lane *lane = &d->lanes[i];
-    lane->family = queues[i].queueFamilyIndex;
-    ferry__vk()->vkGetDeviceQueue(d->device, lane->family, 0, &lane->queue);
-    pthread_mutex_init(&lane->lock, NULL);
-    pthread_mutex_init(&lane->ctx_lock, NULL);
-    lane->ready = true;
-    d->families[i] = lane->family;
+  d->compute_count = compute.count;
+  d->xfer_count = transfer.count;
+  d->queue_count = compute.count + transfer.count;
+  for (uint32_t i = 0; i < d->queue_count; i++) {
+    vkb_queue *q = &d->queues[i];
+    const family_pick *f = i < compute.count ? &compute : &transfer;
+    q->family = f->index;
+    q->timestamp_bits = f->timestamp_bits;
+    ferry__vk()->vkGetDeviceQueue(d->device, q->family, i < compute.count ? i : i - compute.count, &q->queue);
+    pthread_mutex_init(&q->lock, NULL);
+    pthread_mutex_init(&q->ctx_lock, NULL);
+    q->ready = true;
   }
-  d->family_count = queue_count;
-  d->compute = &d->lanes[0];
-  d->xfer = &d->lanes[queue_count - 1];
+  d->families[0] = compute.index;
+  d->families[1] = transfer.index;
+  d->family_count = family_count;
+  d->compute = &d->queues[0];
+  d->xfer = transfer.count ? &d->queues[compute.count] : d->compute;
+  if (want_timeline) {
+    /* Vulkan 1.2's entry points, or the extension's (the same with KHR). */
+    PFN_vkVoidFunction f[3] = {
+        ferry__vk()->vkGetDeviceProcAddr(d->device,
+                                         core12 ? "vkGetSemaphoreCounterValue" : "vkGetSemaphoreCounterValueKHR"),
+        ferry__vk()->vkGetDeviceProcAddr(d->device, core12 ? "vkWaitSemaphores" : "vkWaitSemaphoresKHR"),
+        ferry__vk()->vkGetDeviceProcAddr(d->device, core12 ? "vkSignalSemaphore" : "vkSignalSemaphoreKHR")};
+    d->get_counter = (PFN_vkGetSemaphoreCounterValue)f[0];
+    d->wait_semaphores = (PFN_vkWaitSemaphores)f[1];
+    d->signal_semaphore = (PFN_vkSignalSemaphore)f[2];
+    d->timeline = f[0] && f[1] && f[2];
+  }
   d->budget = ext.budget && v11;
   if (want_host) {
     d->get_host_pointer_properties = (PFN_vkGetMemoryHostPointerPropertiesEXT)ferry__vk()->vkGetDeviceProcAddr(
@@ -354,7 +488,8 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   if (max_memory_allocation && max_memory_allocation < d->max_allocation) d->max_allocation = max_memory_allocation;
   if (max_buffer && max_buffer < d->max_allocation) d->max_allocation = max_buffer;
   if (d->max_allocation > SIZE_MAX) d->max_allocation = SIZE_MAX;
-  return ferry__vkb_transfer_setup(dev);
+  if ((st = ferry__vkb_transfer_setup(dev)) != FERRY_OK) return st;
+  return d->timeline ? ferry__vkb_lanes_setup(dev) : FERRY_OK;
 }
 
 /* ---- the backend ------------------------------------------------------------------ */
@@ -364,6 +499,7 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
     return ferry__fail(FERRY_ERROR_UNSUPPORTED,
                        "a VkBuffer (64 bits) does not fit in ferry_device_ptr's uintptr_t on this platform");
   read_options();
+  gated_ops_make();
   ferry_status st = ferry__vk_api_load();
   if (st != FERRY_OK) return st;
   uint32_t n = 0;
@@ -414,7 +550,9 @@ static ferry_status vulkan_probe(ferry_probe *probe) {
       continue;
     }
     ferry_device_desc desc = {
-        .ops = &vkb_ops,
+        .ops = !d->timeline            ? &vkb_ops_fenced
+               : ferry__vkb_opts.gates ? &vkb_ops_gated
+                                       : &vkb_ops,
         .impl = d,
         .name = d->props.deviceName,
         .total_memory = d->total_memory,
@@ -474,8 +612,9 @@ static const ferry_option_def vulkan_options[] = {
      .description = "how long a wait polls its fence before it sleeps (default 2000 on GPUs, 0 on CPU devices)"},
     {.name = "FERRY_VULKAN_DEBUG",
      .type = FERRY_OPTION_WORDS,
-     .words = "staging,noncoherent,suballoc,nosuballoc,transferqueue,noshader,shader",
-     .range = "words separated by commas: staging, noncoherent, suballoc, nosuballoc, transferqueue, noshader, shader",
+     .words = "staging,noncoherent,suballoc,nosuballoc,transferqueue,noshader,shader,notimeline,gates",
+     .range = "words separated by commas: staging, noncoherent, suballoc, nosuballoc, transferqueue, noshader, shader, "
+              "notimeline, gates",
      .description = "force paths a device would not take otherwise, for testing (docs/backends/vulkan.md)"},
     {.name = NULL},
 };

@@ -61,6 +61,7 @@ typedef uint64_t VkDescriptorSet;
 typedef uint64_t VkSampler;
 typedef uint64_t VkImageView;
 typedef uint64_t VkBufferView;
+typedef uint64_t VkQueryPool;
 
 #define VK_NULL_HANDLE 0
 
@@ -73,6 +74,7 @@ typedef uint64_t VkBufferView;
 #define VK_API_VERSION_PATCH(v) ((uint32_t)(v)&0xFFFU)
 #define VK_API_VERSION_1_0      VK_MAKE_API_VERSION(0, 1, 0, 0)
 #define VK_API_VERSION_1_1      VK_MAKE_API_VERSION(0, 1, 1, 0)
+#define VK_API_VERSION_1_2      VK_MAKE_API_VERSION(0, 1, 2, 0)
 #define VK_API_VERSION_1_3      VK_MAKE_API_VERSION(0, 1, 3, 0)
 
 #define VK_TRUE                          1u
@@ -130,6 +132,8 @@ typedef uint64_t VkBufferView;
 #define VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO                                5
 #define VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE                                 6
 #define VK_STRUCTURE_TYPE_FENCE_CREATE_INFO                                   8
+#define VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO                               9
+#define VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO                              11
 #define VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO                                  12
 #define VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO                           16
 #define VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO                   18
@@ -158,6 +162,11 @@ typedef uint64_t VkBufferView;
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT 1000178002
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT        1000237000
 #define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_4_PROPERTIES            1000413001
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_TIMELINE_SEMAPHORE_FEATURES         1000207000
+#define VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO                          1000207002
+#define VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO                      1000207003
+#define VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO                                 1000207004
+#define VK_STRUCTURE_TYPE_SEMAPHORE_SIGNAL_INFO                               1000207005
 
 /* VkInstanceCreateFlagBits */
 #define VK_INSTANCE_CREATE_ENUMERATE_PORTABILITY_BIT_KHR 0x00000001u
@@ -214,6 +223,15 @@ typedef uint64_t VkBufferView;
 #define VK_ACCESS_MEMORY_READ_BIT            0x00008000u
 #define VK_ACCESS_MEMORY_WRITE_BIT           0x00010000u
 
+/* Timeline semaphores (Vulkan 1.2 or VK_KHR_timeline_semaphore): ferry's lanes and gates */
+#define VK_SEMAPHORE_TYPE_BINARY   0
+#define VK_SEMAPHORE_TYPE_TIMELINE 1
+
+/* Timestamp queries (timing markers) */
+#define VK_QUERY_TYPE_TIMESTAMP  2
+#define VK_QUERY_RESULT_64_BIT   0x00000001u
+#define VK_QUERY_RESULT_WAIT_BIT 0x00000002u
+
 /* External memory (VK_EXT_external_memory_host) */
 #define VK_EXTERNAL_MEMORY_HANDLE_TYPE_HOST_ALLOCATION_BIT_EXT 0x00000080u
 #define VK_EXTERNAL_MEMORY_FEATURE_IMPORTABLE_BIT              0x00000004u
@@ -230,6 +248,7 @@ typedef uint64_t VkBufferView;
 #define VK_EXT_PCI_BUS_INFO_EXTENSION_NAME            "VK_EXT_pci_bus_info"
 #define VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME       "VK_KHR_driver_properties"
 #define VK_KHR_MAINTENANCE_4_EXTENSION_NAME           "VK_KHR_maintenance4"
+#define VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME      "VK_KHR_timeline_semaphore"
 #define VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME      "VK_KHR_portability_subset"
 #define VK_KHR_PORTABILITY_ENUMERATION_EXTENSION_NAME "VK_KHR_portability_enumeration"
 
@@ -650,6 +669,61 @@ typedef struct VkFenceCreateInfo {
   VkFlags flags;
 } VkFenceCreateInfo;
 
+/* Semaphores: timeline semaphores are ferry's lanes and gates. */
+typedef struct VkSemaphoreCreateInfo {
+  VkStructureType sType;
+  const void *pNext;
+  VkFlags flags;
+} VkSemaphoreCreateInfo;
+
+typedef struct VkSemaphoreTypeCreateInfo {
+  VkStructureType sType;
+  const void *pNext;
+  int32_t semaphoreType; /* VK_SEMAPHORE_TYPE_* */
+  uint64_t initialValue;
+} VkSemaphoreTypeCreateInfo;
+
+typedef struct VkTimelineSemaphoreSubmitInfo {
+  VkStructureType sType;
+  const void *pNext;
+  uint32_t waitSemaphoreValueCount;
+  const uint64_t *pWaitSemaphoreValues;
+  uint32_t signalSemaphoreValueCount;
+  const uint64_t *pSignalSemaphoreValues;
+} VkTimelineSemaphoreSubmitInfo;
+
+typedef struct VkSemaphoreWaitInfo {
+  VkStructureType sType;
+  const void *pNext;
+  VkFlags flags;
+  uint32_t semaphoreCount;
+  const VkSemaphore *pSemaphores;
+  const uint64_t *pValues;
+} VkSemaphoreWaitInfo;
+
+typedef struct VkSemaphoreSignalInfo {
+  VkStructureType sType;
+  const void *pNext;
+  VkSemaphore semaphore;
+  uint64_t value;
+} VkSemaphoreSignalInfo;
+
+/* Chained to VkDeviceCreateInfo to enable timeline semaphores. */
+typedef struct VkPhysicalDeviceTimelineSemaphoreFeatures {
+  VkStructureType sType;
+  void *pNext;
+  VkBool32 timelineSemaphore;
+} VkPhysicalDeviceTimelineSemaphoreFeatures;
+
+typedef struct VkQueryPoolCreateInfo {
+  VkStructureType sType;
+  const void *pNext;
+  VkFlags flags;
+  int32_t queryType; /* VK_QUERY_TYPE_* */
+  uint32_t queryCount;
+  VkFlags pipelineStatistics;
+} VkQueryPoolCreateInfo;
+
 /* Compute pipelines and descriptors. */
 typedef struct VkShaderModuleCreateInfo {
   VkStructureType sType;
@@ -819,7 +893,16 @@ typedef PFN_vkVoidFunction(FERRY_VKAPI *PFN_vkGetDeviceProcAddr)(VkDevice, const
   X(void, vkDestroyFence, (VkDevice, VkFence, const void *))                                                           \
   X(VkResult, vkResetFences, (VkDevice, uint32_t, const VkFence *))                                                    \
   X(VkResult, vkGetFenceStatus, (VkDevice, VkFence))                                                                   \
-  X(VkResult, vkWaitForFences, (VkDevice, uint32_t, const VkFence *, VkBool32, uint64_t))
+  X(VkResult, vkWaitForFences, (VkDevice, uint32_t, const VkFence *, VkBool32, uint64_t))                              \
+  X(VkResult, vkCreateSemaphore, (VkDevice, const VkSemaphoreCreateInfo *, const void *, VkSemaphore *))               \
+  X(void, vkDestroySemaphore, (VkDevice, VkSemaphore, const void *))                                                   \
+  X(void, vkCmdFillBuffer, (VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, uint32_t))                          \
+  X(void, vkCmdUpdateBuffer, (VkCommandBuffer, VkBuffer, VkDeviceSize, VkDeviceSize, const void *))                    \
+  X(VkResult, vkCreateQueryPool, (VkDevice, const VkQueryPoolCreateInfo *, const void *, VkQueryPool *))               \
+  X(void, vkDestroyQueryPool, (VkDevice, VkQueryPool, const void *))                                                   \
+  X(void, vkCmdResetQueryPool, (VkCommandBuffer, VkQueryPool, uint32_t, uint32_t))                                     \
+  X(void, vkCmdWriteTimestamp, (VkCommandBuffer, VkFlags, VkQueryPool, uint32_t))                                      \
+  X(VkResult, vkGetQueryPoolResults, (VkDevice, VkQueryPool, uint32_t, uint32_t, size_t, void *, VkDeviceSize, VkFlags))
 
 /* Instance-level functions of Vulkan 1.1 (NULL before 1.1: ferry then uses the 1.0 queries). */
 #define FERRY_VK_OPTIONAL_INSTANCE_FUNCTIONS(X)                                                                        \
@@ -857,6 +940,11 @@ typedef PFN_vkVoidFunction(FERRY_VKAPI *PFN_vkGetDeviceProcAddr)(VkDevice, const
  * once the extension is enabled on it. */
 typedef VkResult(FERRY_VKAPI *PFN_vkGetMemoryHostPointerPropertiesEXT)(VkDevice, VkFlags, const void *,
                                                                        VkMemoryHostPointerPropertiesEXT *);
+/* Timeline semaphores: Vulkan 1.2's names, or VK_KHR_timeline_semaphore's (the
+ * same functions with the suffix KHR) on a 1.1 device with the extension. */
+typedef VkResult(FERRY_VKAPI *PFN_vkGetSemaphoreCounterValue)(VkDevice, VkSemaphore, uint64_t *);
+typedef VkResult(FERRY_VKAPI *PFN_vkWaitSemaphores)(VkDevice, const VkSemaphoreWaitInfo *, uint64_t);
+typedef VkResult(FERRY_VKAPI *PFN_vkSignalSemaphore)(VkDevice, const VkSemaphoreSignalInfo *);
 
 #define FERRY_VK_DECLARE_PFN(ret, name, args) typedef ret(FERRY_VKAPI *PFN_##name) args;
 FERRY_VK_GLOBAL_FUNCTIONS(FERRY_VK_DECLARE_PFN)

@@ -3,7 +3,8 @@
  *   vulkan_api.c       the loader, the instance, the entry-point table
  *   vulkan.c           probe, devices, the ops table, device info
  *   vulkan_memory.c    memory types, buffers (own memory or a slot of a block), host pointers, pinned host memory
- *   vulkan_transfer.c  command buffers, submission, copies, the copy shader, DMA for the core's engine
+ *   vulkan_transfer.c  command buffers, copies, the copy shader, fills, DMA for the core's engine
+ *   vulkan_lanes.c     lanes, tickets, gates and timing markers on timeline semaphores
  */
 #ifndef FERRY_VULKAN_INTERNAL_H
 #define FERRY_VULKAN_INTERNAL_H
@@ -25,6 +26,9 @@
 #define VKB_BLOCK_MIN      ((VkDeviceSize)2 << 20)
 #define VKB_BLOCK_MAX      ((VkDeviceSize)64 << 20)
 #define VKB_SUBALLOC_LIMIT (1u << 20) /* sub-allocate when maxMemoryAllocationCount is below this */
+#define VKB_COMPUTE_QUEUES 4          /* queues of the compute family, at most, that lanes are spread over */
+#define VKB_XFER_QUEUES    2          /* and of a transfer family (FERRY_VULKAN_DEBUG=transferqueue) */
+#define VKB_QUEUES_MAX     (VKB_COMPUTE_QUEUES + VKB_XFER_QUEUES)
 
 /* A memory type as chosen for one use. */
 typedef struct vkb_type {
@@ -34,39 +38,123 @@ typedef struct vkb_type {
   bool coherent; /* HOST_COHERENT (and not switched off by FERRY_VULKAN_DEBUG=noncoherent) */
 } vkb_type;
 
-/* One command buffer with its fence. */
+/* One command buffer with its fence (the fence: devices without timeline semaphores). */
 typedef struct vkb_cmd {
   VkCommandBuffer cb;
   VkFence fence;
-  bool pending; /* submitted and not yet waited for */
+  bool pending; /* submitted with the fence and not yet waited for */
 } vkb_cmd;
 
 enum { VKB_COPY_PIECES = 4 }; /* shader copies: descriptor sets per submission */
 
-/* A command pool with one command buffer, for one copy at a time (a DMA's
- * ticket is its context); on the compute lane also descriptor sets for the copy
- * shader (made on first use). */
+/* A byte range of a VkDeviceMemory, for flushes and invalidations. */
+typedef struct vkb_range {
+  VkDeviceMemory memory;
+  VkDeviceSize mem_size, offset, bytes;
+} vkb_range;
+
+/* A command pool with one command buffer, for one submission at a time; on
+ * the compute family also descriptor sets for the copy shader and a small
+ * buffer for the unaligned ends of fills (both made on first use). Without
+ * timeline semaphores a DMA's ticket is its context; on a lane a context is
+ * in the lane's list from its submission until the lane's timeline passes
+ * `value`, then back in its queue's free list. */
 typedef struct vkb_ctx {
   struct vkb_ctx *next;
-  struct vkb_lane *lane;
+  struct vkb_queue *queue; /* the family its pool is of, and the free list it returns to */
   VkCommandPool pool;
   vkb_cmd cmd;
   VkDescriptorPool descriptors;
   VkDescriptorSet sets[VKB_COPY_PIECES];
-  /* A DMA into non-coherent pinned memory: the range to invalidate once it is done. */
-  VkDeviceMemory inval_memory;
-  VkDeviceSize inval_mem_size, inval_offset, inval_bytes;
+  ferry_mem scratch; /* fills: the pattern, copied to the ends vkCmdFillBuffer cannot reach */
+  bool has_scratch;
+  uint64_t value; /* on a lane: the timeline value its submission signals */
+  /* Without timeline semaphores: a DMA into non-coherent pinned memory, invalidated once done. */
+  vkb_range inval;
 } vkb_ctx;
 
-/* A queue ferry submits to, with what goes with it. */
-typedef struct vkb_lane {
+/* A VkQueue ferry submits to, with what goes with it. */
+typedef struct vkb_queue {
   VkQueue queue;
   uint32_t family;
+  uint32_t timestamp_bits;  /* the family's timestampValidBits (0: no timestamps) */
   pthread_mutex_t lock;     /* vkQueueSubmit, vkQueueWaitIdle: a queue is externally synchronised */
   pthread_mutex_t ctx_lock; /* free_ctx */
   vkb_ctx *free_ctx;
   bool ready; /* the locks are initialised */
+} vkb_queue;
+
+struct vkb_gate;
+
+/* A lane (ferry_lane): a chain of submissions, each waiting for the lane's
+ * timeline at the value the one before signals and signalling the next, so
+ * that they run in order whichever VkQueue each goes to. A ticket is a value
+ * of the timeline. */
+typedef struct vkb_lane {
+  uint32_t index;         /* in the device's lane table (a ticket names it) */
+  vkb_queue *home, *xfer; /* copies, fills, markers, waits; DMA (a transfer family's queue, or home) */
+  VkSemaphore timeline;
+  pthread_mutex_t lock;          /* below; held across vkQueueSubmit so that values are submitted in order */
+  uint64_t base;                 /* the timeline's value when the lane was made (a pooled semaphore goes on counting) */
+  uint64_t last;                 /* the value the latest submission signals */
+  vkb_ctx *flight, *flight_tail; /* contexts submitted, in order, until the timeline passes them */
+  struct vkb_gate *gate;         /* the latest gate pushed, and the value waited for */
+  uint64_t gate_value;
+  _Atomic uint64_t done; /* a value the timeline is known to have reached */
 } vkb_lane;
+
+/* A range to flush when a gate is raised: a DMA from non-coherent pinned
+ * memory pushed behind the gate, whose bytes the host writes before raising it. */
+typedef struct vkb_flush {
+  struct vkb_flush *next;
+  uint64_t value;
+  vkb_range range;
+} vkb_flush;
+
+/* A gate (ferry_gate): a timeline semaphore that only the host signals, pooled. */
+typedef struct vkb_gate {
+  struct vkb_gate *next; /* in the pool */
+  VkSemaphore semaphore;
+  pthread_mutex_t lock;
+  uint64_t base;   /* the semaphore's value when the gate was taken: gate value v is base + v */
+  uint64_t raised; /* the semaphore's value now (under lock) */
+  vkb_flush *flushes;
+} vkb_gate;
+
+/* A range to invalidate once a lane's timeline reaches `value`: a DMA into
+ * non-coherent host memory, before the host reads it. */
+typedef struct vkb_inval {
+  struct vkb_inval *next;
+  vkb_lane *lane;
+  uint64_t value;
+  vkb_range range;
+} vkb_inval;
+
+/* A timing marker's timestamp query (the ticket points at it). */
+enum { VKB_TIMING_PAGE = 256 };
+typedef struct vkb_timing {
+  struct vkb_timing *next; /* free list */
+  VkQueryPool pool;
+  uint32_t query;
+  vkb_lane *lane;
+  uint64_t value;
+  vkb_queue *queue; /* timestamps compare only within one queue */
+} vkb_timing;
+
+typedef struct vkb_timing_page {
+  struct vkb_timing_page *next;
+  VkQueryPool pool;
+  vkb_timing records[VKB_TIMING_PAGE];
+} vkb_timing_page;
+
+/* A timeline semaphore of a destroyed lane, kept for the next (another lane's
+ * submission may still wait on it: semaphores go only with the device). */
+typedef struct vkb_pooled_timeline {
+  VkSemaphore semaphore;
+  uint64_t value;
+} vkb_pooled_timeline;
+
+enum { VKB_LANE_PAGE = 256, VKB_LANE_PAGES = 128 }; /* lane indices 1 to 32767 */
 
 /* The compute pipeline that copies between buffers (vulkan_transfer.c), made on first use. */
 typedef struct vkb_copier {
@@ -119,12 +207,35 @@ typedef struct vkb_pin {
 typedef struct vkb_device {
   VkPhysicalDevice phys;
   VkDevice device;
-  /* The queue ferry_device_native exposes (a family that computes) and, where the
-   * device has a family for transfers alone (copy engines), a queue of it for
-   * transfers between host and device memory; else xfer is the compute lane. */
-  vkb_lane lanes[2];
-  vkb_lane *compute, *xfer;
+  /* Queues of the first family that computes (compute: the first, which
+   * ferry_device_native exposes), and with FERRY_VULKAN_DEBUG=transferqueue of
+   * a family for transfers alone (copy engines), for transfers between host and
+   * device memory; xfer is the first of those, else the compute queue. With
+   * timeline semaphores lanes are spread over them. */
+  vkb_queue queues[VKB_QUEUES_MAX];
+  uint32_t queue_count, compute_count, xfer_count; /* compute: queues[0..compute_count), then xfer_count */
+  vkb_queue *compute, *xfer;
   uint32_t families[2], family_count; /* buffers are shared between these (VK_SHARING_MODE_CONCURRENT) */
+
+  /* Lanes, gates and tickets (vulkan_lanes.c): only with timeline semaphores. */
+  bool timeline;
+  PFN_vkGetSemaphoreCounterValue get_counter;
+  PFN_vkWaitSemaphores wait_semaphores;
+  PFN_vkSignalSemaphore signal_semaphore;
+  pthread_mutex_t lanes_lock; /* the lane table's indices, the pools, lane_turn */
+  _Atomic(vkb_lane *) *lane_pages[VKB_LANE_PAGES];
+  uint32_t lane_next, *lane_free, lane_free_count, lane_free_cap, lane_turn;
+  vkb_pooled_timeline *timelines;
+  uint32_t timeline_count, timeline_cap;
+  vkb_gate *free_gates;
+  vkb_lane *own_lane; /* for a NULL lane (a direct caller of the ops: tests) */
+  pthread_mutex_t inval_lock;
+  vkb_inval *invals;
+  _Atomic uint32_t inval_count;
+  pthread_mutex_t timing_lock;
+  vkb_timing *free_timing;
+  vkb_timing_page *timing_pages;
+  bool lanes_ready; /* the locks above are initialised */
   vkb_copier copier;
   bool copy_shader; /* large copies within the device run the copy shader */
   VkPhysicalDeviceProperties props;
@@ -159,6 +270,8 @@ typedef struct vkb_options {
   bool transferqueue;   /* "transferqueue": host<->device transfers on a queue of a transfer-only family */
   bool noshader;        /* "noshader": copies within the device by vkCmdCopyBuffer only */
   bool shader;          /* "shader": the copy shader also where buffers are mapped (CPU devices) */
+  bool notimeline;      /* "notimeline": no timeline semaphores, so no lanes (as on a Vulkan 1.1 driver) */
+  bool gates;           /* "gates": lanes with gates (host-signalled semaphores), which stall a shared VkQueue */
   uint32_t copy_unroll; /* FERRY_VULKAN_COPY_UNROLL: 16-byte words per invocation and step of the copy shader (1) */
   uint32_t copy_groups; /* FERRY_VULKAN_COPY_GROUPS: work groups per dispatch, at most (0: the device's limit) */
   long long spin_us;    /* FERRY_VULKAN_SPIN_US: how long a wait polls its fence before it sleeps (-1: per device) */
@@ -228,13 +341,62 @@ ferry_status ferry__vkb_flush(ferry_device *dev, VkDeviceMemory memory, VkDevice
 /* ---- vulkan_transfer.c ----------------------------------------------------- */
 ferry_status ferry__vkb_transfer_setup(ferry_device *dev);
 void ferry__vkb_transfer_teardown(vkb_device *d);
-ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t bytes);
-ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t bytes);
-ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
+ferry_status ferry__vkb_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
+                              size_t bytes);
+ferry_status ferry__vkb_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t off, void *dst,
                              size_t bytes);
-ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+ferry_status ferry__vkb_copy(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                             size_t doff, size_t bytes, ferry_ticket *out);
+ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
                                   const ferry_pinned *host, size_t bytes, ferry_ticket *out);
-ferry_status ferry__vkb_dma_wait(ferry_device *dev, ferry_ticket ticket);
+ferry_status ferry__vkb_fill(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t off, size_t bytes,
+                             uint32_t pattern, unsigned pattern_size, ferry_ticket *out);
+/* Without timeline semaphores: a DMA's ticket is its context. */
+ferry_status ferry__vkb_ctx_ticket_wait(ferry_device *dev, ferry_ticket ticket);
+void ferry__vkb_ctx_ticket_release(ferry_device *dev, ferry_ticket ticket);
 ferry_status ferry__vkb_synchronize(ferry_device *dev);
+/* A context of `queue`'s family, free and with its fence waited for; contexts
+ * of `lane` whose submissions completed are taken back first where the queue
+ * has none free. */
+ferry_status ferry__vkb_ctx_take(ferry_device *dev, vkb_lane *lane, vkb_queue *queue, vkb_ctx **out);
+void ferry__vkb_ctx_give(vkb_ctx *c);
+ferry_status ferry__vkb_cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what);
+ferry_status ferry__vkb_cmd_end(ferry_device *dev, vkb_cmd *c, const char *what);
+
+/* ---- vulkan_lanes.c -------------------------------------------------------- */
+ferry_status ferry__vkb_lanes_setup(ferry_device *dev); /* with d->timeline: the locks and the device's own lane */
+void ferry__vkb_lanes_teardown(vkb_device *d);          /* after vkDeviceWaitIdle */
+/* The lane for `lane` (NULL: the device's own). */
+vkb_lane *ferry__vkb_lane_of(ferry_device *dev, ferry_lane *lane);
+/* What a submission on a lane carries besides its command buffer (any may be NULL). */
+typedef struct vkb_submit_extra {
+  VkSemaphore wait; /* also wait for this timeline semaphore at wait_value */
+  uint64_t wait_value;
+  struct vkb_gate *gate;  /* the wait is this gate's (the lane's latest gate from now on) */
+  const vkb_range *flush; /* flush now, and again when the lane's latest gate is raised (a DMA from it) */
+  const vkb_range *inval; /* invalidate once the submission completed, before the host reads (a DMA into it) */
+} vkb_submit_extra;
+/* Submits `c` (NULL: an empty batch) to `queue` as the lane's next value,
+ * chained after the lane's last; *out_value is the value it signals. */
+ferry_status ferry__vkb_lane_submit(ferry_device *dev, vkb_lane *l, vkb_queue *queue, vkb_ctx *c,
+                                    const vkb_submit_extra *extra, const char *what, uint64_t *out_value);
+ferry_ticket ferry__vkb_lane_ticket(const vkb_lane *l, uint64_t value);
+/* Contexts of the lane whose submissions completed go back to their queues. */
+void ferry__vkb_lane_reclaim(ferry_device *dev, vkb_lane *l);
+/* Waits for everything submitted on the lane so far (the synchronous write and read). */
+ferry_status ferry__vkb_lane_settle(ferry_device *dev, vkb_lane *l);
+ferry_status ferry__vkb_lane_create(ferry_device *dev, ferry_lane **out);
+void ferry__vkb_lane_destroy(ferry_device *dev, ferry_lane *lane);
+ferry_status ferry__vkb_lane_native(ferry_device *dev, ferry_lane *lane, ferry_native *out);
+ferry_status ferry__vkb_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);
+ferry_status ferry__vkb_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_device *ticket_dev, ferry_ticket ticket);
+ferry_status ferry__vkb_gate_create(ferry_device *dev, ferry_gate **out);
+ferry_status ferry__vkb_gate_push(ferry_device *dev, ferry_lane *lane, ferry_gate *gate, uint64_t value);
+ferry_status ferry__vkb_gate_raise(ferry_device *dev, ferry_gate *gate, uint64_t value);
+void ferry__vkb_gate_destroy(ferry_device *dev, ferry_gate *gate);
+ferry_status ferry__vkb_ticket_query(ferry_device *dev, ferry_ticket ticket);
+ferry_status ferry__vkb_ticket_wait(ferry_device *dev, ferry_ticket ticket);
+void ferry__vkb_ticket_release(ferry_device *dev, ferry_ticket ticket);
+ferry_status ferry__vkb_ticket_elapsed(ferry_device *dev, ferry_ticket start, ferry_ticket stop, double *out_ms);
 
 #endif /* FERRY_VULKAN_INTERNAL_H */

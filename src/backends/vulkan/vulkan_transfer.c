@@ -7,22 +7,29 @@
  *    invalidate.
  *  - Other buffers have no direct path (write and read refuse them): the core
  *    stages their bytes through pinned memory and moves them by DMA, one
- *    vkCmdCopyBuffer between the pinned block's VkBuffer and the buffer on a
- *    command context of its own (the ticket), waited for by its fence.
+ *    vkCmdCopyBuffer between the pinned block's VkBuffer and the buffer.
  *  - DMA runs on a queue of a transfer-only family where asked
- *    (FERRY_VULKAN_DEBUG=transferqueue), else on the exposed queue.
- *  - Copies within a device run on the exposed queue: large ones (1 MiB and up,
+ *    (FERRY_VULKAN_DEBUG=transferqueue), else on a compute queue.
+ *  - Copies within a device run on a compute queue: large ones (1 MiB and up,
  *    source and destination offsets equal modulo 16) by a compute shader that
  *    moves 16-byte words (vkCmdCopyBuffer between two places in video memory
  *    runs on a copy engine at a fifth of what the memory does on an H200), the
- *    rest and the unaligned ends by vkCmdCopyBuffer; a host memcpy when both
- *    sides are mapped and coherent. Each copy records on a command pool of its
- *    own, taken from a free list, so that copies from many threads record at once.
+ *    rest and the unaligned ends by vkCmdCopyBuffer.
+ *  - Fills: the 4-byte-aligned middle by vkCmdFillBuffer, the ends it cannot
+ *    reach by vkCmdCopyBuffer from a small buffer holding the pattern
+ *    (vkCmdUpdateBuffer, which wants 4-byte alignment too, writes that one).
+ *
+ * Each operation records on a command context of its own (a command pool and
+ * buffer), taken from its queue's free list, so that operations from many
+ * threads record at once. With timeline semaphores it is submitted on its lane
+ * (vulkan_lanes.c) and the call returns without waiting; the context comes
+ * back once the lane's timeline passes it. Without them it is submitted with
+ * a fence: the context is a DMA's ticket, and other operations wait for it.
  *
  * Every command buffer starts with a barrier that waits for earlier work on its
  * queue (on the exposed queue: the user's kernels) and ends with one that makes
- * the copy's writes visible to later commands and to the host. Submission takes
- * the queue's lock.
+ * its writes visible to later commands and to the host. Submission takes the
+ * queue's lock.
  */
 #include "vulkan_internal.h"
 
@@ -162,17 +169,17 @@ typedef struct copy_push {
 
 /* ---- command buffers ----------------------------------------------------------- */
 
-/* A command pool with one command buffer and its fence. */
-static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool *pool, vkb_cmd *cmd) {
+/* A command pool with one command buffer, and its fence where the device has no timelines. */
+static ferry_status pool_create(ferry_device *dev, vkb_queue *queue, VkCommandPool *pool, vkb_cmd *cmd) {
   vkb_device *d = dev->impl;
   VkCommandPoolCreateInfo info = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT |
                                            VK_COMMAND_POOL_CREATE_TRANSIENT_BIT,
-                                  .queueFamilyIndex = lane->family};
+                                  .queueFamilyIndex = queue->family};
   VkResult r = ferry__vk()->vkCreateCommandPool(d->device, &info, NULL, pool);
   if (r != VK_SUCCESS) {
     *pool = VK_NULL_HANDLE;
-    return ferry__vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", lane->family);
+    return ferry__vkb_fail(dev, "vkCreateCommandPool", r, "for queue family %u", queue->family);
   }
   memset(cmd, 0, sizeof *cmd);
   VkCommandBufferAllocateInfo alloc = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
@@ -182,8 +189,8 @@ static ferry_status pool_create(ferry_device *dev, vkb_lane *lane, VkCommandPool
   ferry_status st = FERRY_OK;
   VkFenceCreateInfo fi = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   if ((r = ferry__vk()->vkAllocateCommandBuffers(d->device, &alloc, &cmd->cb)) != VK_SUCCESS)
-    st = ferry__vkb_fail(dev, "vkAllocateCommandBuffers", r, "for a command buffer");
-  else if ((r = ferry__vk()->vkCreateFence(d->device, &fi, NULL, &cmd->fence)) != VK_SUCCESS)
+    st = ferry__vkb_fail(dev, "vkAllocateCommandBuffers", r, "for a command buffer of queue family %u", queue->family);
+  else if (!d->timeline && (r = ferry__vk()->vkCreateFence(d->device, &fi, NULL, &cmd->fence)) != VK_SUCCESS)
     st = ferry__vkb_fail(dev, "vkCreateFence", r, NULL);
   if (st != FERRY_OK) {
     ferry__vk()->vkDestroyCommandPool(d->device, *pool, NULL); /* frees its command buffer */
@@ -224,7 +231,7 @@ static VkResult fence_wait(vkb_device *d, VkFence fence, const char **call) {
   return v->vkWaitForFences(d->device, 1, &fence, VK_TRUE, UINT64_MAX);
 }
 
-/* Waits for the command buffer's last submission, if any. */
+/* Waits for the command buffer's last submission with its fence, if any. */
 static VkResult cmd_wait_raw(vkb_device *d, vkb_cmd *c, const char **call) {
   if (!c->pending) return VK_SUCCESS;
   VkResult r = fence_wait(d, c->fence, call);
@@ -242,14 +249,14 @@ static ferry_status cmd_wait(ferry_device *dev, vkb_cmd *c, const char *what) {
   return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, call, r, "for %s", what);
 }
 
-static ferry_status cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what) {
+ferry_status ferry__vkb_cmd_begin(ferry_device *dev, vkb_cmd *c, const char *what) {
   static const VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                                  .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
   VkResult r = ferry__vk()->vkBeginCommandBuffer(c->cb, &begin);
   return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, "vkBeginCommandBuffer", r, "for %s", what);
 }
 
-static ferry_status cmd_end(ferry_device *dev, vkb_cmd *c, const char *what) {
+ferry_status ferry__vkb_cmd_end(ferry_device *dev, vkb_cmd *c, const char *what) {
   VkResult r = ferry__vk()->vkEndCommandBuffer(c->cb);
   return r == VK_SUCCESS ? FERRY_OK : ferry__vkb_fail(dev, "vkEndCommandBuffer", r, "for %s", what);
 }
@@ -279,75 +286,134 @@ static void barrier_after(vkb_cmd *c, bool shader) {
 /* Records one buffer copy between the two barriers. */
 static ferry_status record_copy(ferry_device *dev, vkb_cmd *c, VkBuffer src, VkBuffer dst, VkDeviceSize src_offset,
                                 VkDeviceSize dst_offset, VkDeviceSize bytes, const char *what) {
-  ferry_status st = cmd_begin(dev, c, what);
+  ferry_status st = ferry__vkb_cmd_begin(dev, c, what);
   if (st != FERRY_OK) return st;
   barrier_before(c, false);
   VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset, .size = bytes};
   ferry__vk()->vkCmdCopyBuffer(c->cb, src, dst, 1, &region);
   barrier_after(c, false);
-  return cmd_end(dev, c, what);
+  return ferry__vkb_cmd_end(dev, c, what);
 }
 
-static ferry_status submit(ferry_device *dev, vkb_lane *lane, vkb_cmd *c, const char *what) {
+/* Without timelines: one submission with the context's fence. */
+static ferry_status submit_fenced(ferry_device *dev, vkb_queue *queue, vkb_cmd *c, const char *what) {
   VkSubmitInfo info = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cb};
-  pthread_mutex_lock(&lane->lock);
-  VkResult r = ferry__vk()->vkQueueSubmit(lane->queue, 1, &info, c->fence);
-  pthread_mutex_unlock(&lane->lock);
-  if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkQueueSubmit", r, "for %s", what);
+  pthread_mutex_lock(&queue->lock);
+  VkResult r = ferry__vk()->vkQueueSubmit(queue->queue, 1, &info, c->fence);
+  pthread_mutex_unlock(&queue->lock);
+  if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkQueueSubmit", r, "for %s (queue family %u)", what, queue->family);
   c->pending = true;
   return FERRY_OK;
 }
 
-/* ---- one-shot copies on a context of their own ----------------------------------- */
+/* ---- contexts ------------------------------------------------------------------- */
 
-static ferry_status ctx_take(ferry_device *dev, vkb_lane *lane, vkb_ctx **out) {
-  pthread_mutex_lock(&lane->ctx_lock);
-  vkb_ctx *c = lane->free_ctx;
-  if (c) lane->free_ctx = c->next;
-  pthread_mutex_unlock(&lane->ctx_lock);
+static vkb_ctx *ctx_pop(vkb_queue *queue) {
+  pthread_mutex_lock(&queue->ctx_lock);
+  vkb_ctx *c = queue->free_ctx;
+  if (c) queue->free_ctx = c->next;
+  pthread_mutex_unlock(&queue->ctx_lock);
+  return c;
+}
+
+ferry_status ferry__vkb_ctx_take(ferry_device *dev, vkb_lane *lane, vkb_queue *queue, vkb_ctx **out) {
+  vkb_ctx *c = ctx_pop(queue);
+  if (!c && lane) {
+    ferry__vkb_lane_reclaim(dev, lane);
+    c = ctx_pop(queue);
+  }
   if (!c) {
     c = calloc(1, sizeof *c);
     if (!c) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a command context on %s", dev->label);
-    c->lane = lane;
-    ferry_status st = pool_create(dev, lane, &c->pool, &c->cmd);
+    c->queue = queue;
+    ferry_status st = pool_create(dev, queue, &c->pool, &c->cmd);
     if (st != FERRY_OK) {
       free(c);
       return st;
     }
   }
+  /* Without timelines: a wait that failed earlier left the fence pending; wait again first. */
+  ferry_status st = cmd_wait(dev, &c->cmd, "an earlier submission of a command context");
+  if (st != FERRY_OK) {
+    ferry__vkb_ctx_give(c);
+    return st;
+  }
+  c->next = NULL;
+  c->inval = (vkb_range){0};
   *out = c;
   return FERRY_OK;
 }
 
-static void ctx_give(vkb_ctx *c) {
-  vkb_lane *lane = c->lane;
-  pthread_mutex_lock(&lane->ctx_lock);
-  c->next = lane->free_ctx;
-  lane->free_ctx = c;
-  pthread_mutex_unlock(&lane->ctx_lock);
+void ferry__vkb_ctx_give(vkb_ctx *c) {
+  vkb_queue *queue = c->queue;
+  pthread_mutex_lock(&queue->ctx_lock);
+  c->next = queue->free_ctx;
+  queue->free_ctx = c;
+  pthread_mutex_unlock(&queue->ctx_lock);
 }
 
 static void ctx_destroy(vkb_device *d, vkb_ctx *c) {
   if (c->descriptors) ferry__vk()->vkDestroyDescriptorPool(d->device, c->descriptors, NULL);
+  if (c->has_scratch) {
+    ferry_device stand_in = {.impl = d}; /* ferry__vkb_free reads impl alone */
+    (void)ferry__vkb_free(&stand_in, &c->scratch);
+  }
   pool_destroy(d, &c->pool, &c->cmd);
   free(c);
 }
 
-/* Copies between two VkBuffers of the device on the lane's queue and waits for it. */
-static ferry_status run_copy(ferry_device *dev, vkb_lane *lane, VkBuffer src, VkDeviceSize so, VkBuffer dst,
-                             VkDeviceSize doff, VkDeviceSize bytes, const char *what) {
-  vkb_ctx *c = NULL;
-  ferry_status st = ctx_take(dev, lane, &c);
-  if (st != FERRY_OK) return st;
-  /* A wait that failed earlier left the fence pending: wait again first. */
-  st = cmd_wait(dev, &c->cmd, what);
-  if (st == FERRY_OK) st = record_copy(dev, &c->cmd, src, dst, so, doff, bytes, what);
-  if (st == FERRY_OK) st = submit(dev, lane, &c->cmd, what);
-  if (st == FERRY_OK) st = cmd_wait(dev, &c->cmd, what);
-  ctx_give(c);
+/* Sends a recorded context on its way. On a lane: submitted as the lane's next
+ * value (extra: what goes with it); *out, when asked, the value's ticket. Else
+ * with its fence: *out is the context (invalidating extra->inval once waited
+ * for); with out NULL it is waited for here. */
+static ferry_status finish(ferry_device *dev, vkb_lane *lane, vkb_ctx *c, const vkb_submit_extra *extra,
+                           const char *what, ferry_ticket *out) {
+  if (out) *out = 0;
+  if (lane) {
+    uint64_t value = 0;
+    ferry_status st = ferry__vkb_lane_submit(dev, lane, c->queue, c, extra, what, &value);
+    if (st != FERRY_OK) {
+      ferry__vkb_ctx_give(c);
+      return st;
+    }
+    if (out) *out = ferry__vkb_lane_ticket(lane, value);
+    return FERRY_OK;
+  }
+  ferry_status st = FERRY_OK;
+  if (extra && extra->flush)
+    st = ferry__vkb_flush(dev, extra->flush->memory, extra->flush->mem_size, extra->flush->offset, extra->flush->bytes,
+                          true);
+  if (st == FERRY_OK) st = submit_fenced(dev, c->queue, &c->cmd, what);
+  if (st != FERRY_OK) {
+    ferry__vkb_ctx_give(c);
+    return st;
+  }
+  if (extra && extra->inval) c->inval = *extra->inval;
+  if (out) {
+    *out = (ferry_ticket)(uintptr_t)c;
+    return FERRY_OK;
+  }
+  st = ferry__vkb_ctx_ticket_wait(dev, (ferry_ticket)(uintptr_t)c);
+  ferry__vkb_ctx_give(c);
   return st;
 }
 
+ferry_status ferry__vkb_ctx_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
+  vkb_ctx *c = (vkb_ctx *)(uintptr_t)ticket;
+  ferry_status st = cmd_wait(dev, &c->cmd, "a submission of ferry's");
+  if (st == FERRY_OK && c->inval.memory) {
+    st = ferry__vkb_flush(dev, c->inval.memory, c->inval.mem_size, c->inval.offset, c->inval.bytes, false);
+    c->inval.memory = VK_NULL_HANDLE;
+  }
+  return st;
+}
+
+void ferry__vkb_ctx_ticket_release(ferry_device *dev, ferry_ticket ticket) {
+  (void)dev;
+  vkb_ctx *c = (vkb_ctx *)(uintptr_t)ticket;
+  c->inval.memory = VK_NULL_HANDLE;
+  ferry__vkb_ctx_give(c);
+}
 /* ---- the copy shader ------------------------------------------------------------- */
 
 /* Makes the copy pipeline on first use; false when the device cannot (then
@@ -457,12 +523,14 @@ static void piece_window(const vkb_device *d, VkDeviceSize start, VkDeviceSize b
 }
 
 /* Copies [so, so + n) of s to [doff, doff + n) of t, with so % 16 == doff % 16: the
- * 16-byte-aligned middle by the shader, the ends by vkCmdCopyBuffer. */
-static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, VkBuffer t, VkDeviceSize doff,
-                                VkDeviceSize n) {
-  static const char what[] = "a copy within the device";
+ * 16-byte-aligned middle by the shader, the ends by vkCmdCopyBuffer. Batches of
+ * VKB_COPY_PIECES pieces, each on a context of its own (its descriptor sets). */
+static ferry_status shader_copy(ferry_device *dev, vkb_lane *lane, VkBuffer s, VkDeviceSize so, VkBuffer t,
+                                VkDeviceSize doff, VkDeviceSize n, ferry_ticket *out) {
+  static const char what[] = "a copy within the device (the copy shader)";
   vkb_device *d = dev->impl;
   const ferry_vk_api *v = ferry__vk();
+  if (out) *out = 0;
   VkDeviceSize head = (16 - so % 16) % 16;
   if (head > n) head = n;
   VkDeviceSize mid = (n - head) / 16 * 16, tail = n - head - mid;
@@ -473,12 +541,16 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
   if (piece > range_limit - align) piece = (range_limit - align) / 16 * 16;
   uint64_t max_groups = d->props.limits.maxComputeWorkGroupCount[0];
   if (ferry__vkb_opts.copy_groups && ferry__vkb_opts.copy_groups < max_groups) max_groups = ferry__vkb_opts.copy_groups;
-  vkb_ctx *c = NULL;
-  ferry_status st = ctx_take(dev, d->compute, &c);
-  if (st != FERRY_OK) return st;
-  if ((st = cmd_wait(dev, &c->cmd, what)) == FERRY_OK) st = ctx_descriptors(dev, c);
+  vkb_queue *queue = lane ? lane->home : d->compute;
+  ferry_status st = FERRY_OK;
   bool first_batch = true;
   for (VkDeviceSize done = 0; st == FERRY_OK && (done < mid || first_batch);) {
+    vkb_ctx *c = NULL;
+    if ((st = ferry__vkb_ctx_take(dev, lane, queue, &c)) != FERRY_OK) break;
+    if ((st = ctx_descriptors(dev, c)) != FERRY_OK) {
+      ferry__vkb_ctx_give(c);
+      break;
+    }
     /* Up to VKB_COPY_PIECES pieces per submission, one descriptor set each. */
     VkDescriptorBufferInfo buffers[VKB_COPY_PIECES][2];
     VkWriteDescriptorSet writes[VKB_COPY_PIECES];
@@ -499,8 +571,11 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
                                               .pBufferInfo = buffers[pieces]};
       done += len;
     }
-    v->vkUpdateDescriptorSets(d->device, pieces, writes, 0, NULL);
-    if ((st = cmd_begin(dev, &c->cmd, what)) != FERRY_OK) break;
+    if (pieces) v->vkUpdateDescriptorSets(d->device, pieces, writes, 0, NULL);
+    if ((st = ferry__vkb_cmd_begin(dev, &c->cmd, what)) != FERRY_OK) {
+      ferry__vkb_ctx_give(c);
+      break;
+    }
     barrier_before(&c->cmd, true);
     if (first_batch) {
       VkBufferCopy ends[2];
@@ -520,18 +595,31 @@ static ferry_status shader_copy(ferry_device *dev, VkBuffer s, VkDeviceSize so, 
       v->vkCmdDispatch(c->cmd.cb, (uint32_t)groups, 1, 1);
     }
     barrier_after(&c->cmd, true);
-    if ((st = cmd_end(dev, &c->cmd, what)) != FERRY_OK) break;
-    if ((st = submit(dev, d->compute, &c->cmd, what)) != FERRY_OK) break;
-    st = cmd_wait(dev, &c->cmd, what);
+    if ((st = ferry__vkb_cmd_end(dev, &c->cmd, what)) != FERRY_OK) {
+      ferry__vkb_ctx_give(c);
+      break;
+    }
+    /* The last batch's completion is the copy's (a lane, or the fence of the
+     * last: without a lane the earlier ones are waited for here). */
+    st = finish(dev, lane, c, NULL, what, done >= mid ? out : NULL);
     first_batch = false;
   }
-  ctx_give(c);
   return st;
 }
 
 /* ---- mapped memory ---------------------------------------------------------------- */
 
 static ferry_status host_write(ferry_device *dev, vkb_buffer *a, size_t off, const void *src, size_t n) {
+  vkb_device *d = dev->impl;
+  if (!a->coherent) {
+    /* A partial atom at either end: the host's cached copy may predate the
+     * device's last writes to the rest of it, which the flush would undo. */
+    VkDeviceSize at = a->offset + off, end = at + n;
+    ferry_status st = FERRY_OK;
+    if (at % d->atom) st = ferry__vkb_flush(dev, a->memory, a->mem_size, at, 1, false);
+    if (st == FERRY_OK && end % d->atom) st = ferry__vkb_flush(dev, a->memory, a->mem_size, end - 1, 1, false);
+    if (st != FERRY_OK) return st;
+  }
   ferry__host_move(a->map + off, src, n);
   if (a->coherent) return FERRY_OK;
   return ferry__vkb_flush(dev, a->memory, a->mem_size, a->offset + off, n, true);
@@ -548,101 +636,211 @@ static ferry_status host_read(ferry_device *dev, vkb_buffer *a, size_t off, void
 
 /* ---- the ops ----------------------------------------------------------------------- */
 
-/* Mapped buffers only; FERRY_ERROR_UNSUPPORTED (no message) for the others:
- * the core stages them through pinned memory. */
-ferry_status ferry__vkb_write(ferry_device *dev, ferry_mem *dst, size_t off, const void *src, size_t n) {
-  vkb_buffer *a = dst->impl;
-  return a->map ? host_write(dev, a, off, src, n) : FERRY_ERROR_UNSUPPORTED;
-}
-
-ferry_status ferry__vkb_read(ferry_device *dev, const ferry_mem *src, size_t off, void *dst, size_t n) {
-  vkb_buffer *a = src->impl;
-  return a->map ? host_read(dev, a, off, dst, n) : FERRY_ERROR_UNSUPPORTED;
-}
-
-ferry_status ferry__vkb_copy(ferry_device *dev, const ferry_mem *src, size_t so, ferry_mem *dst, size_t doff,
-                             size_t n) {
+/* The lane of an operation: with timelines `lane` (or the device's own for
+ * NULL), else none (fences). */
+static vkb_lane *lane_for(ferry_device *dev, ferry_lane *lane) {
   vkb_device *d = dev->impl;
+  return d->timeline ? ferry__vkb_lane_of(dev, lane) : NULL;
+}
+
+/* Mapped buffers only; FERRY_ERROR_UNSUPPORTED (no message) for the others:
+ * the core stages them through pinned memory. After the lane's work before. */
+ferry_status ferry__vkb_write(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
+                              size_t n) {
+  vkb_buffer *a = dst->impl;
+  if (!a->map) return FERRY_ERROR_UNSUPPORTED;
+  vkb_lane *l = lane ? lane_for(dev, lane) : NULL;
+  ferry_status st = l ? ferry__vkb_lane_settle(dev, l) : FERRY_OK;
+  return st == FERRY_OK ? host_write(dev, a, off, src, n) : st;
+}
+
+ferry_status ferry__vkb_read(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t off, void *dst,
+                             size_t n) {
+  vkb_buffer *a = src->impl;
+  if (!a->map) return FERRY_ERROR_UNSUPPORTED;
+  vkb_lane *l = lane ? lane_for(dev, lane) : NULL;
+  ferry_status st = l ? ferry__vkb_lane_settle(dev, l) : FERRY_OK;
+  return st == FERRY_OK ? host_read(dev, a, off, dst, n) : st;
+}
+
+/* The range of a buffer over the user's non-coherent array, or NULL when the
+ * buffer needs no flush or invalidation around the device's access. */
+static const vkb_range *user_range(const vkb_buffer *a, size_t off, size_t n, vkb_range *out) {
+  if (!a->imported || a->coherent) return NULL;
+  *out = (vkb_range){.memory = a->memory, .mem_size = a->mem_size, .offset = a->offset + off, .bytes = n};
+  return out;
+}
+
+ferry_status ferry__vkb_copy(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
+                             size_t doff, size_t n, ferry_ticket *out) {
+  if (out) *out = 0;
+  vkb_device *d = dev->impl;
+  vkb_lane *l = lane_for(dev, lane);
   vkb_buffer *s = src->impl, *t = dst->impl;
-  if (s->map && t->map && s->coherent && t->coherent && !ferry__vkb_opts.shader) {
+  if (!l && s->map && t->map && s->coherent && t->coherent && !ferry__vkb_opts.shader) {
     ferry__host_move(t->map + doff, s->map + so, n); /* the core does this itself; here for completeness */
     return FERRY_OK;
   }
   /* Video memory to video memory, large and equally aligned: the copy shader. */
   if (d->copy_shader && !s->imported && !t->imported && n >= VKB_SHADER_COPY_MIN && so % 16 == doff % 16 &&
       copier_ready(dev))
-    return shader_copy(dev, s->buffer, so, t->buffer, doff, n);
-  /* Over the user's non-coherent array, the host's writes go to the device first,
+    return shader_copy(dev, l, s->buffer, so, t->buffer, doff, n, out);
+  /* Over the user's non-coherent array, the host's writes go to the device first
+   * (and no dirty line of the destination lands on the device's bytes later),
    * and the device's writes are taken back after. */
+  vkb_range sr, tr;
+  const vkb_range *s_user = user_range(s, so, n, &sr), *t_user = user_range(t, doff, n, &tr);
   ferry_status st = FERRY_OK;
-  if (s->imported && !s->coherent) st = ferry__vkb_flush(dev, s->memory, s->mem_size, so, n, true);
-  if (st == FERRY_OK && t->imported && !t->coherent) st = ferry__vkb_flush(dev, t->memory, t->mem_size, doff, n, true);
-  if (st == FERRY_OK) st = run_copy(dev, d->compute, s->buffer, so, t->buffer, doff, n, "a copy within the device");
-  if (st == FERRY_OK && t->imported && !t->coherent) st = ferry__vkb_flush(dev, t->memory, t->mem_size, doff, n, false);
-  return st;
+  if (s_user) st = ferry__vkb_flush(dev, sr.memory, sr.mem_size, sr.offset, sr.bytes, true);
+  if (st == FERRY_OK && t_user) st = ferry__vkb_flush(dev, tr.memory, tr.mem_size, tr.offset, tr.bytes, true);
+  if (st != FERRY_OK) return st;
+  char what[96];
+  snprintf(what, sizeof what, "a copy of %zu bytes within the device (offset %zu to %zu)", n, so, doff);
+  vkb_ctx *c = NULL;
+  if ((st = ferry__vkb_ctx_take(dev, l, l ? l->home : d->compute, &c)) != FERRY_OK) return st;
+  if ((st = record_copy(dev, &c->cmd, s->buffer, t->buffer, so, doff, n, what)) != FERRY_OK) {
+    ferry__vkb_ctx_give(c);
+    return st;
+  }
+  vkb_submit_extra extra = {.inval = t_user};
+  return finish(dev, l, c, &extra, what, out);
+}
+
+ferry_status ferry__vkb_fill(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t off, size_t n,
+                             uint32_t pattern, unsigned pattern_size, ferry_ticket *out) {
+  if (out) *out = 0;
+  vkb_device *d = dev->impl;
+  vkb_lane *l = lane_for(dev, lane);
+  vkb_buffer *a = mem->impl;
+  unsigned ps = pattern_size;
+  if (ps < 1 || ps > 4)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "a fill pattern of %u bytes on %s (1 to 4 are possible)", ps,
+                       dev->label);
+  unsigned char pat[4];
+  memcpy(pat, &pattern, sizeof pat);
+  /* The pattern repeats from `off`. vkCmdFillBuffer takes the 4-byte-aligned
+   * middle with the pattern in the phase it has there; the ends before and
+   * after it (up to 3 bytes each, or the whole of a range holding no aligned
+   * word) are copied from the context's scratch buffer, which holds the pattern
+   * from phase 0. */
+  VkDeviceSize end = (VkDeviceSize)off + n, a0 = ((VkDeviceSize)off + 3) / 4 * 4, a1 = end / 4 * 4;
+  VkBufferCopy ends[2];
+  uint32_t count = 0;
+  if (a0 >= a1) {
+    ends[count++] = (VkBufferCopy){.srcOffset = 0, .dstOffset = off, .size = n}; /* n <= 6 */
+    a0 = a1 = 0;
+  } else {
+    if (a0 > off) ends[count++] = (VkBufferCopy){.srcOffset = 0, .dstOffset = off, .size = a0 - off};
+    if (end > a1) ends[count++] = (VkBufferCopy){.srcOffset = (a1 - off) % ps, .dstOffset = a1, .size = end - a1};
+  }
+  unsigned char laid[16], word_bytes[4];
+  for (unsigned i = 0; i < sizeof laid; i++)
+    laid[i] = pat[i % ps];
+  for (unsigned k = 0; k < 4; k++)
+    word_bytes[k] = pat[(a0 - off + k) % ps];
+  uint32_t word;
+  memcpy(&word, word_bytes, sizeof word);
+  char what[112];
+  snprintf(what, sizeof what, "a fill of %zu bytes at offset %zu with a %u-byte pattern", n, off, ps);
+  vkb_ctx *c = NULL;
+  ferry_status st = ferry__vkb_ctx_take(dev, l, l ? l->home : d->compute, &c);
+  if (st != FERRY_OK) return st;
+  if (count && !c->has_scratch) {
+    if ((st = ferry__vkb_alloc(dev, 256, &c->scratch)) != FERRY_OK) {
+      ferry__vkb_ctx_give(c);
+      return st;
+    }
+    c->has_scratch = true;
+  }
+  const ferry_vk_api *v = ferry__vk();
+  if ((st = ferry__vkb_cmd_begin(dev, &c->cmd, what)) == FERRY_OK) {
+    barrier_before(&c->cmd, false);
+    if (count) {
+      VkBuffer scratch = ((vkb_buffer *)c->scratch.impl)->buffer;
+      v->vkCmdUpdateBuffer(c->cmd.cb, scratch, 0, sizeof laid, laid);
+      VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                           .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                           .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT};
+      v->vkCmdPipelineBarrier(c->cmd.cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0, 1, &b, 0,
+                              NULL, 0, NULL);
+      v->vkCmdCopyBuffer(c->cmd.cb, scratch, a->buffer, count, ends);
+    }
+    if (a1 > a0) v->vkCmdFillBuffer(c->cmd.cb, a->buffer, a0, a1 - a0, word); /* disjoint from the ends */
+    barrier_after(&c->cmd, false);
+    st = ferry__vkb_cmd_end(dev, &c->cmd, what);
+  }
+  vkb_range ur;
+  const vkb_range *user = user_range(a, off, n, &ur);
+  if (st == FERRY_OK && user) st = ferry__vkb_flush(dev, ur.memory, ur.mem_size, ur.offset, ur.bytes, true);
+  if (st != FERRY_OK) {
+    ferry__vkb_ctx_give(c);
+    return st;
+  }
+  vkb_submit_extra extra = {.inval = user};
+  return finish(dev, l, c, &extra, what, out);
 }
 
 ferry_status ferry__vkb_synchronize(ferry_device *dev) {
   vkb_device *d = dev->impl;
-  for (int i = 0; i < 2; i++) {
-    vkb_lane *lane = &d->lanes[i];
-    if (!lane->ready) continue;
-    pthread_mutex_lock(&lane->lock);
-    VkResult r = ferry__vk()->vkQueueWaitIdle(lane->queue);
-    pthread_mutex_unlock(&lane->lock);
-    if (r != VK_SUCCESS) return ferry__vkb_fail(dev, "vkQueueWaitIdle", r, "for queue family %u", lane->family);
+  for (uint32_t i = 0; i < d->queue_count; i++) {
+    vkb_queue *queue = &d->queues[i];
+    pthread_mutex_lock(&queue->lock);
+    VkResult r = ferry__vk()->vkQueueWaitIdle(queue->queue);
+    pthread_mutex_unlock(&queue->lock);
+    if (r != VK_SUCCESS)
+      return ferry__vkb_fail(dev, "vkQueueWaitIdle", r, "for queue %u of family %u", i, queue->family);
   }
   return FERRY_OK;
 }
 
 /* ---- DMA for the core's engine ------------------------------------------------------ */
 
-/* Starts one vkCmdCopyBuffer between the pinned block's buffer and the buffer
- * on a context of its own, which is the ticket. A mapped buffer is copied at
- * once (ticket 0). */
-ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t off,
+/* One vkCmdCopyBuffer between the pinned block's buffer and the buffer. On a
+ * lane: pushed, the ticket a value of its timeline. Without: on a context of
+ * its own, which is the ticket (waited for here when none is wanted), and a
+ * mapped buffer is copied at once (ticket 0). */
+ferry_status ferry__vkb_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
                                   const ferry_pinned *host, size_t n, ferry_ticket *out) {
+  if (out) *out = 0;
   vkb_device *d = dev->impl;
+  vkb_lane *l = lane_for(dev, lane);
   vkb_buffer *a = mem->impl;
-  *out = 0;
-  if (a->map)
-    return dir == FERRY_DMA_TO_DEVICE ? host_write(dev, a, off, host->host, n) : host_read(dev, a, off, host->host, n);
-  const vkb_pin *pin = (const vkb_pin *)host->token;
   bool to_device = dir == FERRY_DMA_TO_DEVICE;
-  const char *what = to_device ? "a copy from pinned memory" : "a copy into pinned memory";
-  /* Host writes reach a non-coherent block's memory first (and, before a read,
-   * no dirty line over the range may land on the device's bytes later). */
-  ferry_status st = pin->coherent ? FERRY_OK : ferry__vkb_flush(dev, pin->memory, pin->mem_size, host->offset, n, true);
-  vkb_ctx *c = NULL;
-  if (st == FERRY_OK) st = ctx_take(dev, d->xfer, &c);
+  if (!l && a->map) return to_device ? host_write(dev, a, off, host->host, n) : host_read(dev, a, off, host->host, n);
+  const vkb_pin *pin = (const vkb_pin *)host->token;
+  char what[112];
+  snprintf(what, sizeof what, "a copy of %zu bytes %s pinned memory (offset %zu of the buffer)", n,
+           to_device ? "from" : "into", off);
+  /* Non-coherent memory. To the device: the pinned bytes are flushed now and,
+   * behind a gate, again when it is raised (the host writes them in between);
+   * a destination over the user's array is flushed (no dirty line lands later)
+   * and invalidated once done. To the host: the pinned range is flushed now
+   * (the same) and invalidated once done; a source over the user's array is
+   * flushed. */
+  vkb_range pr = {.memory = pin->memory, .mem_size = pin->mem_size, .offset = host->offset, .bytes = n}, ur;
+  const vkb_range *user = user_range(a, off, n, &ur);
+  vkb_submit_extra extra = {0};
+  ferry_status st = FERRY_OK;
+  if (to_device) {
+    if (!pin->coherent) extra.flush = &pr;
+    extra.inval = user;
+  } else {
+    if (!pin->coherent) {
+      st = ferry__vkb_flush(dev, pr.memory, pr.mem_size, pr.offset, pr.bytes, true);
+      extra.inval = &pr;
+    }
+  }
+  if (st == FERRY_OK && user) st = ferry__vkb_flush(dev, ur.memory, ur.mem_size, ur.offset, ur.bytes, true);
   if (st != FERRY_OK) return st;
-  /* A wait that failed earlier left the fence pending: wait again first. */
-  st = cmd_wait(dev, &c->cmd, what);
-  if (st == FERRY_OK)
-    st = to_device ? record_copy(dev, &c->cmd, pin->buffer, a->buffer, host->offset, off, n, what)
-                   : record_copy(dev, &c->cmd, a->buffer, pin->buffer, off, host->offset, n, what);
-  if (st == FERRY_OK) st = submit(dev, d->xfer, &c->cmd, what);
+  vkb_ctx *c = NULL;
+  if ((st = ferry__vkb_ctx_take(dev, l, l ? l->xfer : d->xfer, &c)) != FERRY_OK) return st;
+  st = to_device ? record_copy(dev, &c->cmd, pin->buffer, a->buffer, host->offset, off, n, what)
+                 : record_copy(dev, &c->cmd, a->buffer, pin->buffer, off, host->offset, n, what);
   if (st != FERRY_OK) {
-    ctx_give(c);
+    ferry__vkb_ctx_give(c);
     return st;
   }
-  c->inval_memory = !to_device && !pin->coherent ? pin->memory : VK_NULL_HANDLE;
-  c->inval_mem_size = pin->mem_size;
-  c->inval_offset = host->offset;
-  c->inval_bytes = n;
-  *out = (ferry_ticket)(uintptr_t)c;
-  return FERRY_OK;
-}
-
-ferry_status ferry__vkb_dma_wait(ferry_device *dev, ferry_ticket ticket) {
-  vkb_ctx *c = (vkb_ctx *)(uintptr_t)ticket;
-  if (!c) return FERRY_OK;
-  ferry_status st = cmd_wait(dev, &c->cmd, "a copy between pinned memory and the device");
-  if (st == FERRY_OK && c->inval_memory)
-    st = ferry__vkb_flush(dev, c->inval_memory, c->inval_mem_size, c->inval_offset, c->inval_bytes, false);
-  c->inval_memory = VK_NULL_HANDLE;
-  ctx_give(c);
-  return st;
+  return finish(dev, l, c, &extra, what, out);
 }
 
 /* ---- setup and teardown ---------------------------------------------------------- */
@@ -660,10 +858,10 @@ ferry_status ferry__vkb_transfer_setup(ferry_device *dev) {
 }
 
 void ferry__vkb_transfer_teardown(vkb_device *d) {
-  for (int i = 0; i < 2; i++) {
-    while (d->lanes[i].free_ctx) {
-      vkb_ctx *c = d->lanes[i].free_ctx;
-      d->lanes[i].free_ctx = c->next;
+  for (uint32_t i = 0; i < d->queue_count; i++) {
+    while (d->queues[i].free_ctx) {
+      vkb_ctx *c = d->queues[i].free_ctx;
+      d->queues[i].free_ctx = c->next;
       ctx_destroy(d, c);
     }
   }

@@ -1,9 +1,10 @@
 /*
  * Raw Vulkan baseline: what a user without ferry writes to move bytes into and
  * out of a VkBuffer, on the very same ferry buffers (ferry_device_ptr is the
- * VkBuffer), on ferry's VkDevice and VkQueue (ferry_device_native), through the
- * loader ferry opened (ferry__vulkan_api), with a command pool, command buffer
- * and fence of its own:
+ * VkBuffer), on ferry's VkDevice and VkQueue (ferry_device_native), through a
+ * table of its own (below: the Vulkan 1.0 entry points the loader exports, looked
+ * up in the loader ferry opened, FERRY_VULKAN_LIBRARY else libvulkan.so.1), with a
+ * command pool, command buffer and fence of its own:
  *
  *   h2d         memcpy into a host-visible staging buffer + vkCmdCopyBuffer + fence wait
  *               (from memory of host_alloc below: vkCmdCopyBuffer from that buffer, no memcpy)
@@ -36,6 +37,60 @@
 
 #define USAGE (VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT)
 
+/* The calls the baseline makes: X(return type, name, parameters). Every one is a
+ * Vulkan 1.0 core command, which the loader exports and dispatches on its first
+ * argument, as for a program linked with -lvulkan. */
+#define RAW_VK_FUNCTIONS(X)                                                                                            \
+  X(void, vkGetPhysicalDeviceProperties, (VkPhysicalDevice, VkPhysicalDeviceProperties *))                             \
+  X(void, vkGetPhysicalDeviceMemoryProperties, (VkPhysicalDevice, VkPhysicalDeviceMemoryProperties *))                 \
+  X(VkResult, vkCreateBuffer, (VkDevice, const VkBufferCreateInfo *, const void *, VkBuffer *))                        \
+  X(void, vkDestroyBuffer, (VkDevice, VkBuffer, const void *))                                                         \
+  X(void, vkGetBufferMemoryRequirements, (VkDevice, VkBuffer, VkMemoryRequirements *))                                 \
+  X(VkResult, vkAllocateMemory, (VkDevice, const VkMemoryAllocateInfo *, const void *, VkDeviceMemory *))              \
+  X(void, vkFreeMemory, (VkDevice, VkDeviceMemory, const void *))                                                      \
+  X(VkResult, vkBindBufferMemory, (VkDevice, VkBuffer, VkDeviceMemory, VkDeviceSize))                                  \
+  X(VkResult, vkMapMemory, (VkDevice, VkDeviceMemory, VkDeviceSize, VkDeviceSize, VkFlags, void **))                   \
+  X(VkResult, vkFlushMappedMemoryRanges, (VkDevice, uint32_t, const VkMappedMemoryRange *))                            \
+  X(VkResult, vkInvalidateMappedMemoryRanges, (VkDevice, uint32_t, const VkMappedMemoryRange *))                       \
+  X(VkResult, vkCreateCommandPool, (VkDevice, const VkCommandPoolCreateInfo *, const void *, VkCommandPool *))         \
+  X(void, vkDestroyCommandPool, (VkDevice, VkCommandPool, const void *))                                               \
+  X(VkResult, vkAllocateCommandBuffers, (VkDevice, const VkCommandBufferAllocateInfo *, VkCommandBuffer *))            \
+  X(VkResult, vkBeginCommandBuffer, (VkCommandBuffer, const VkCommandBufferBeginInfo *))                               \
+  X(VkResult, vkEndCommandBuffer, (VkCommandBuffer))                                                                   \
+  X(void, vkCmdCopyBuffer, (VkCommandBuffer, VkBuffer, VkBuffer, uint32_t, const VkBufferCopy *))                      \
+  X(void, vkCmdPipelineBarrier,                                                                                        \
+    (VkCommandBuffer, VkFlags, VkFlags, VkFlags, uint32_t, const VkMemoryBarrier *, uint32_t,                          \
+     const VkBufferMemoryBarrier *, uint32_t, const void *))                                                           \
+  X(VkResult, vkCreateFence, (VkDevice, const VkFenceCreateInfo *, const void *, VkFence *))                           \
+  X(void, vkDestroyFence, (VkDevice, VkFence, const void *))                                                           \
+  X(VkResult, vkResetFences, (VkDevice, uint32_t, const VkFence *))                                                    \
+  X(VkResult, vkWaitForFences, (VkDevice, uint32_t, const VkFence *, VkBool32, uint64_t))                              \
+  X(VkResult, vkQueueSubmit, (VkQueue, uint32_t, const VkSubmitInfo *, VkFence))                                       \
+  X(VkResult, vkQueueWaitIdle, (VkQueue))
+
+typedef struct raw_vk_driver {
+#define RAW_VK_MEMBER(ret, name, params) ret(*name) params;
+  RAW_VK_FUNCTIONS(RAW_VK_MEMBER)
+#undef RAW_VK_MEMBER
+} raw_vk_driver;
+
+/* The table, looked up once in the loader ferry's vulkan backend opened. */
+static const raw_vk_driver *vk_driver(char why[256]) {
+  static raw_vk_driver table;
+  static bool loaded;
+  if (loaded) return &table;
+  void *lib = raw_library_open("FERRY_VULKAN_LIBRARY", "libvulkan.so.1", why);
+  if (!lib) return NULL;
+  raw_vk_driver t;
+#define RAW_VK_LOOKUP(ret, name, params)                                                                               \
+  if (!raw_library_symbol(lib, #name, &t.name, sizeof t.name, why)) return NULL;
+  RAW_VK_FUNCTIONS(RAW_VK_LOOKUP)
+#undef RAW_VK_LOOKUP
+  table = t;
+  loaded = true;
+  return &table;
+}
+
 typedef struct host_buffer {
   struct host_buffer *next;
   VkBuffer buffer;
@@ -53,7 +108,7 @@ typedef struct shadow {
 } shadow;
 
 struct raw_baseline {
-  const ferry_vk_api *vk;
+  const raw_vk_driver *vk;
   VkPhysicalDevice phys;
   VkDevice device;
   VkQueue queue;
@@ -90,7 +145,7 @@ static uint32_t pick_host_type(raw_baseline *raw, uint32_t bits, bool local) {
 /* A mapped buffer: host memory for staging and pinning, or (`local`) device
  * memory as a program on a unified device would make its buffers. */
 static int host_buffer_make(raw_baseline *raw, VkDeviceSize bytes, bool local, host_buffer *out) {
-  const ferry_vk_api *vk = raw->vk;
+  const raw_vk_driver *vk = raw->vk;
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = bytes,
                              .usage = local ? USAGE | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT : USAGE,
@@ -125,12 +180,9 @@ static void host_buffer_free(raw_baseline *raw, host_buffer *b) {
 }
 
 static raw_baseline *vulkan_open(ferry_device *dev, char why[256]) {
-  const ferry_vk_api *vk = ferry__vulkan_api();
+  const raw_vk_driver *vk = vk_driver(why);
   ferry_native nat;
-  if (!vk) {
-    snprintf(why, 256, "the vulkan backend has no loader loaded");
-    return NULL;
-  }
+  if (!vk) return NULL;
   if (ferry_device_native(dev, &nat) != FERRY_OK || nat.context == 0) {
     snprintf(why, 256, "not a vulkan device: %s", ferry_last_error());
     return NULL;
@@ -192,7 +244,7 @@ static void vulkan_close(raw_baseline *raw) {
 /* One vkCmdCopyBuffer, submitted and waited for. */
 static int copy_wait(raw_baseline *raw, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize doff,
                      VkDeviceSize bytes, bool to_host) {
-  const ferry_vk_api *vk = raw->vk;
+  const raw_vk_driver *vk = raw->vk;
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
   if (vk->vkBeginCommandBuffer(raw->cb, &begin) != VK_SUCCESS) return -1;
@@ -288,7 +340,7 @@ static void vulkan_host_free(raw_baseline *raw, void *ptr) {
 }
 
 static int vulkan_alloc_free(raw_baseline *raw, size_t bytes) {
-  const ferry_vk_api *vk = raw->vk;
+  const raw_vk_driver *vk = raw->vk;
   VkBufferCreateInfo info = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
                              .size = bytes ? bytes : 1,
                              .usage = USAGE | VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,

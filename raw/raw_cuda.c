@@ -1,26 +1,49 @@
 /*
  * Raw CUDA baseline: the driver calls a user without ferry would make, on the
  * very same ferry buffers (ferry_device_ptr is the CUdeviceptr), in the
- * device's primary context (ferry_device_native), through the driver that
- * ferry loaded (ferry__cuda_api).
+ * device's primary context (ferry_device_native), through a driver table of its
+ * own (raw_cuda.h) on the libcuda that ferry loaded.
  *
- *   h2d         cuMemcpyHtoD_v2
+ *   h2d         cuMemcpyHtoD_v2 + cuStreamSynchronize of the legacy stream
  *   d2h         cuMemcpyDtoH_v2
  *   d2d         cuMemcpyDtoD_v2 + cuCtxSynchronize
  *   host_alloc  cuMemAllocHost_v2 (cuMemFreeHost)
  *   alloc_free  cuMemAlloc_v2 + cuMemFree_v2
  *   peer        cuMemcpyPeer + cuCtxSynchronize, in the destination's context
  */
-#include "backends/cuda/cuda_api.h"
+#include "raw_cuda.h"
 #include "raw.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 
 struct raw_baseline {
-  const ferry_cuda_api *api;
+  const raw_cuda_driver *api;
   cu_context ctx;
 };
+
+const raw_cuda_driver *raw_cuda_driver_load(char why[256]) {
+  static raw_cuda_driver table;
+  static bool loaded;
+  if (loaded) return &table;
+  void *lib = raw_library_open("FERRY_CUDA_LIBRARY", "libcuda.so.1", why);
+  if (!lib) return NULL;
+  raw_cuda_driver t;
+  char missing[256];
+#define RAW_CUDA_LOOKUP(member, symbol, required, ret, params)                                                         \
+  if (!raw_library_symbol(lib, symbol, &t.member, sizeof t.member, missing)) {                                         \
+    t.member = NULL;                                                                                                   \
+    if (required) {                                                                                                    \
+      snprintf(why, 256, "%s", missing);                                                                               \
+      return NULL;                                                                                                     \
+    }                                                                                                                  \
+  }
+  RAW_CUDA_FUNCTIONS(RAW_CUDA_LOOKUP)
+#undef RAW_CUDA_LOOKUP
+  table = t;
+  loaded = true;
+  return &table;
+}
 
 /* The primary context must be current on the calling thread, as a raw user
  * would have made it; a cuCtxGetCurrent when it already is. */
@@ -32,12 +55,9 @@ static int current(raw_baseline *raw) {
 }
 
 static raw_baseline *cuda_open(ferry_device *dev, char why[256]) {
-  const ferry_cuda_api *api = ferry__cuda_api();
+  const raw_cuda_driver *api = raw_cuda_driver_load(why);
   ferry_native nat;
-  if (!api) {
-    snprintf(why, 256, "the cuda backend has no driver loaded");
-    return NULL;
-  }
+  if (!api) return NULL;
   if (ferry_device_native(dev, &nat) != FERRY_OK || nat.context == 0) {
     snprintf(why, 256, "not a cuda device: %s", ferry_last_error());
     return NULL;
@@ -61,7 +81,11 @@ static void cuda_close(raw_baseline *raw) { free(raw); }
 
 static int cuda_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
   if (current(raw)) return -1;
-  return raw->api->cuMemcpyHtoD((cu_deviceptr)ferry_device_ptr(dst), src, bytes) == FCU_SUCCESS ? 0 : -1;
+  /* From pageable memory cuMemcpyHtoD returns once the bytes are staged, before
+   * they land; the legacy stream's synchronisation makes the call complete on
+   * return, as ferry_write is (and as the next reader, on another stream, needs). */
+  if (raw->api->cuMemcpyHtoD((cu_deviceptr)ferry_device_ptr(dst), src, bytes) != FCU_SUCCESS) return -1;
+  return raw->api->cuStreamSynchronize(NULL) == FCU_SUCCESS ? 0 : -1;
 }
 
 static int cuda_d2h(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
@@ -106,7 +130,7 @@ static int cuda_peer(raw_baseline *src_raw, ferry_buffer src, raw_baseline *dst_
 
 static const raw_ops cuda_raw = {
     .backend = "cuda",
-    .h2d_name = "cuMemcpyHtoD",
+    .h2d_name = "cuMemcpyHtoD + cuStreamSynchronize",
     .d2h_name = "cuMemcpyDtoH",
     .d2d_name = "cuMemcpyDtoD + cuCtxSynchronize",
     .open = cuda_open,

@@ -1,8 +1,10 @@
 /*
  * Raw Metal baseline: what a program without ferry writes to move bytes into and
  * out of an MTLBuffer, on the very same ferry buffers (ferry_device_ptr is the
- * id<MTLBuffer>), on ferry's device and queue (ferry_device_native), through the
- * runtime ferry loaded and the same typed wrappers (metal_objc.h), each call in an
+ * id<MTLBuffer>), on ferry's device and queue (ferry_device_native), through a
+ * runtime table of its own (below: objc_msgSend, sel_registerName and the
+ * autorelease pool, from the Objective-C runtime ferry loaded, FERRY_OBJC_LIBRARY
+ * else Apple's) and typed wrappers of the dozen methods it sends, each call in an
  * autorelease pool as @autoreleasepool would make it:
  *
  *   unified memory (shared buffers)
@@ -20,12 +22,106 @@
  * the simplest fast code. Blits take sizes that are multiples of 4 on macOS;
  * sizes that are not fail here (ferry bench's sizes never are).
  */
-#include "backends/metal/metal_objc.h"
 #include "raw.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- the runtime: types, constants, and the methods sent (Apple's headers) ---- */
+
+typedef struct raw_objc_object *mtl_id;          /* id */
+typedef const struct raw_objc_selector *mtl_sel; /* SEL */
+typedef unsigned long mtl_uint;                  /* NSUInteger */
+#if defined(__x86_64__) || defined(__i386__)
+typedef signed char mtl_bool; /* BOOL on Intel Macs */
+#else
+typedef bool mtl_bool; /* BOOL on arm64 */
+#endif
+#define MTL_NIL                      ((mtl_id)0)
+#define MTL_RESOURCE_STORAGE_SHARED  ((mtl_uint)0 << 4) /* MTLResourceStorageModeShared */
+#define MTL_RESOURCE_STORAGE_PRIVATE ((mtl_uint)2 << 4) /* MTLResourceStorageModePrivate */
+#define MTL_CB_COMPLETED             4                  /* MTLCommandBufferStatusCompleted */
+#define OBJC_DEFAULT_PATH            "/usr/lib/libobjc.A.dylib"
+
+enum {
+  SEL_HAS_UNIFIED_MEMORY,
+  SEL_NEW_BUFFER,
+  SEL_CONTENTS,
+  SEL_RELEASE,
+  SEL_COMMAND_BUFFER,
+  SEL_BLIT_ENCODER,
+  SEL_COPY,
+  SEL_END_ENCODING,
+  SEL_COMMIT,
+  SEL_WAIT,
+  SEL_STATUS,
+  SEL_COUNT
+};
+static const char *const selector_names[SEL_COUNT] = {
+    [SEL_HAS_UNIFIED_MEMORY] = "hasUnifiedMemory",
+    [SEL_NEW_BUFFER] = "newBufferWithLength:options:",
+    [SEL_CONTENTS] = "contents",
+    [SEL_RELEASE] = "release",
+    [SEL_COMMAND_BUFFER] = "commandBuffer",
+    [SEL_BLIT_ENCODER] = "blitCommandEncoder",
+    [SEL_COPY] = "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:",
+    [SEL_END_ENCODING] = "endEncoding",
+    [SEL_COMMIT] = "commit",
+    [SEL_WAIT] = "waitUntilCompleted",
+    [SEL_STATUS] = "status",
+};
+
+static struct {
+  bool loaded;
+  void (*msg_send)(void); /* objc_msgSend: only ever called through a cast to the method's prototype */
+  mtl_sel (*sel_register_name)(const char *name);
+  void *(*pool_push)(void);
+  void (*pool_pop)(void *pool);
+  mtl_sel sel[SEL_COUNT];
+} rt;
+
+static bool runtime_load(char why[256]) {
+  if (rt.loaded) return true;
+  void *lib = raw_library_open("FERRY_OBJC_LIBRARY", OBJC_DEFAULT_PATH, why);
+  if (!lib || !raw_library_symbol(lib, "objc_msgSend", &rt.msg_send, sizeof rt.msg_send, why) ||
+      !raw_library_symbol(lib, "sel_registerName", &rt.sel_register_name, sizeof rt.sel_register_name, why) ||
+      !raw_library_symbol(lib, "objc_autoreleasePoolPush", &rt.pool_push, sizeof rt.pool_push, why) ||
+      !raw_library_symbol(lib, "objc_autoreleasePoolPop", &rt.pool_pop, sizeof rt.pool_pop, why))
+    return false;
+  for (int i = 0; i < SEL_COUNT; i++)
+    if (!(rt.sel[i] = rt.sel_register_name(selector_names[i]))) {
+      snprintf(why, 256, "sel_registerName(\"%s\") failed", selector_names[i]);
+      return false;
+    }
+  rt.loaded = true;
+  return true;
+}
+
+/* The methods, each through objc_msgSend cast to its prototype. */
+static mtl_bool mtl_has_unified_memory(mtl_id d) {
+  return ((mtl_bool(*)(mtl_id, mtl_sel))rt.msg_send)(d, rt.sel[SEL_HAS_UNIFIED_MEMORY]);
+}
+static mtl_id mtl_new_buffer_with_length(mtl_id d, mtl_uint length, mtl_uint options) {
+  return ((mtl_id(*)(mtl_id, mtl_sel, mtl_uint, mtl_uint))rt.msg_send)(d, rt.sel[SEL_NEW_BUFFER], length, options);
+}
+static void *mtl_contents(mtl_id b) { return ((void *(*)(mtl_id, mtl_sel))rt.msg_send)(b, rt.sel[SEL_CONTENTS]); }
+static void mtl_release(mtl_id o) { ((void (*)(mtl_id, mtl_sel))rt.msg_send)(o, rt.sel[SEL_RELEASE]); }
+static mtl_id mtl_command_buffer(mtl_id q) {
+  return ((mtl_id(*)(mtl_id, mtl_sel))rt.msg_send)(q, rt.sel[SEL_COMMAND_BUFFER]);
+}
+static mtl_id mtl_blit_command_encoder(mtl_id cb) {
+  return ((mtl_id(*)(mtl_id, mtl_sel))rt.msg_send)(cb, rt.sel[SEL_BLIT_ENCODER]);
+}
+static void mtl_copy_from_buffer(mtl_id enc, mtl_id src, mtl_uint so, mtl_id dst, mtl_uint doff, mtl_uint size) {
+  ((void (*)(mtl_id, mtl_sel, mtl_id, mtl_uint, mtl_id, mtl_uint, mtl_uint))rt.msg_send)(enc, rt.sel[SEL_COPY], src, so,
+                                                                                         dst, doff, size);
+}
+static void mtl_end_encoding(mtl_id enc) { ((void (*)(mtl_id, mtl_sel))rt.msg_send)(enc, rt.sel[SEL_END_ENCODING]); }
+static void mtl_commit(mtl_id cb) { ((void (*)(mtl_id, mtl_sel))rt.msg_send)(cb, rt.sel[SEL_COMMIT]); }
+static void mtl_wait_until_completed(mtl_id cb) { ((void (*)(mtl_id, mtl_sel))rt.msg_send)(cb, rt.sel[SEL_WAIT]); }
+static mtl_uint mtl_status(mtl_id cb) { return ((mtl_uint(*)(mtl_id, mtl_sel))rt.msg_send)(cb, rt.sel[SEL_STATUS]); }
 
 typedef struct shared_buffer {
   struct shared_buffer *next;
@@ -57,10 +153,7 @@ static void shared_free(shared_buffer *b) {
 
 static raw_baseline *metal_open(ferry_device *dev, char why[256]) {
   ferry_native nat;
-  if (!ferry__metal_loaded()) {
-    snprintf(why, 256, "the metal backend has no runtime loaded");
-    return NULL;
-  }
+  if (!runtime_load(why)) return NULL;
   if (ferry_device_native(dev, &nat) != FERRY_OK || nat.device == 0 || nat.queue == 0) {
     snprintf(why, 256, "not a metal device: %s", ferry_last_error());
     return NULL;
@@ -72,15 +165,15 @@ static raw_baseline *metal_open(ferry_device *dev, char why[256]) {
   }
   raw->device = (mtl_id)nat.device;
   raw->queue = (mtl_id)nat.queue;
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   raw->unified = mtl_has_unified_memory(raw->device);
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   return raw;
 }
 
 static void metal_close(raw_baseline *raw) {
   if (!raw) return;
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   shared_free(&raw->staging);
   while (raw->pinned) {
     shared_buffer *b = raw->pinned;
@@ -88,7 +181,7 @@ static void metal_close(raw_baseline *raw) {
     shared_free(b);
     free(b);
   }
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   free(raw);
 }
 
@@ -121,7 +214,7 @@ static shared_buffer *pinned_at(raw_baseline *raw, const void *p, size_t bytes) 
 static int metal_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
   mtl_id buffer = (mtl_id)ferry_device_ptr(dst);
   int rc = 0;
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   shared_buffer *pinned;
   if (raw->unified) {
     void *contents = mtl_contents(buffer);
@@ -135,14 +228,14 @@ static int metal_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_
     memcpy(raw->staging.contents, src, bytes);
     rc = blit(raw, raw->staging.buffer, 0, buffer, 0, bytes);
   }
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   return rc;
 }
 
 static int metal_d2h(raw_baseline *raw, ferry_buffer src, void *dst, size_t bytes) {
   mtl_id buffer = (mtl_id)ferry_device_ptr(src);
   int rc = 0;
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   shared_buffer *pinned;
   if (raw->unified) {
     void *contents = mtl_contents(buffer);
@@ -155,23 +248,23 @@ static int metal_d2h(raw_baseline *raw, ferry_buffer src, void *dst, size_t byte
   } else if ((rc = staging(raw, bytes)) == 0 && (rc = blit(raw, buffer, 0, raw->staging.buffer, 0, bytes)) == 0) {
     memcpy(dst, raw->staging.contents, bytes);
   }
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   return rc;
 }
 
 static int metal_d2d(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_t bytes) {
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   int rc = blit(raw, (mtl_id)ferry_device_ptr(src), 0, (mtl_id)ferry_device_ptr(dst), 0, bytes);
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   return rc;
 }
 
 static void *metal_host_alloc(raw_baseline *raw, size_t bytes) {
   shared_buffer *b = malloc(sizeof *b);
   if (!b) return NULL;
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   int rc = shared_make(raw, bytes ? bytes : 1, b);
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   if (rc != 0 || !b->contents) {
     free(b);
     return NULL;
@@ -186,9 +279,9 @@ static void metal_host_free(raw_baseline *raw, void *ptr) {
     if ((*link)->contents == ptr) {
       shared_buffer *b = *link;
       *link = b->next;
-      void *pool = ferry__metal_rt.pool_push();
+      void *pool = rt.pool_push();
       shared_free(b);
-      ferry__metal_rt.pool_pop(pool);
+      rt.pool_pop(pool);
       free(b);
       return;
     }
@@ -196,11 +289,11 @@ static void metal_host_free(raw_baseline *raw, void *ptr) {
 }
 
 static int metal_alloc_free(raw_baseline *raw, size_t bytes) {
-  void *pool = ferry__metal_rt.pool_push();
+  void *pool = rt.pool_push();
   mtl_uint options = raw->unified ? MTL_RESOURCE_STORAGE_SHARED : MTL_RESOURCE_STORAGE_PRIVATE;
   mtl_id buffer = mtl_new_buffer_with_length(raw->device, bytes ? bytes : 4, options);
   if (buffer) mtl_release(buffer);
-  ferry__metal_rt.pool_pop(pool);
+  rt.pool_pop(pool);
   return buffer ? 0 : -1;
 }
 

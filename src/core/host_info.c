@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <gnu/libc-version.h>
 #endif
@@ -26,8 +27,7 @@ void ferry__host_cpu_name(char *buf, size_t size) {
   fclose(f);
 }
 
-/* MemAvailable from /proc/meminfo: what the kernel can give without swapping; 0 if unknown. */
-static uint64_t host_available(void) {
+uint64_t ferry__host_available_memory(void) {
   FILE *f = fopen("/proc/meminfo", "r");
   if (!f) return 0;
   char line[256];
@@ -49,5 +49,7 @@ void ferry__host_driver_info(ferry_driver_info *out) {
   struct utsname u;
   if (uname(&u) == 0)
     snprintf(out->api_version, sizeof out->api_version, "%.64s %.128s %.32s", u.sysname, u.release, u.machine);
-  out->free_memory = host_available();
+  out->free_memory = ferry__host_available_memory();
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  out->compute_units = cpus > 0 ? (uint32_t)cpus : 0;
 }

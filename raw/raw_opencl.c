@@ -1,7 +1,8 @@
 /*
  * Raw OpenCL baseline: the calls a user without ferry would make, on ferry's own
  * buffers (the cl_mem from ferry_device_ptr, the queue from ferry_device_native),
- * through the OpenCL library ferry loaded.
+ * through a table of its own (below) on the OpenCL library ferry loaded
+ * (FERRY_OPENCL_LIBRARY, else libOpenCL.so.1).
  *
  *   h2d: clEnqueueWriteBuffer, blocking, + clFinish (a blocking write may return
  *        before the bytes are on the device)
@@ -32,8 +33,54 @@ typedef struct mapped_block {
   cl_mem mem;
 } mapped_block;
 
+/* The calls the baseline makes: X(member, return type, parameters), each under its own name. */
+#define RAW_CL_FUNCTIONS(X)                                                                                            \
+  X(clGetDeviceInfo, cl_int, (cl_device_id device, cl_device_info name, size_t size, void *value, size_t *size_ret))   \
+  X(clCreateBuffer, cl_mem,                                                                                            \
+    (cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *errcode_ret))                        \
+  X(clReleaseMemObject, cl_int, (cl_mem mem))                                                                          \
+  X(clEnqueueReadBuffer, cl_int,                                                                                       \
+    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset, size_t size, void *ptr,                   \
+     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
+  X(clEnqueueWriteBuffer, cl_int,                                                                                      \
+    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset, size_t size, const void *ptr,             \
+     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
+  X(clEnqueueCopyBuffer, cl_int,                                                                                       \
+    (cl_command_queue queue, cl_mem src, cl_mem dst, size_t src_offset, size_t dst_offset, size_t size,                \
+     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
+  X(clEnqueueMapBuffer, void *,                                                                                        \
+    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, cl_map_flags flags, size_t offset, size_t size,          \
+     cl_uint num_events, const cl_event *wait_list, cl_event *event, cl_int *errcode_ret))                             \
+  X(clEnqueueUnmapMemObject, cl_int,                                                                                   \
+    (cl_command_queue queue, cl_mem mem, void *mapped_ptr, cl_uint num_events, const cl_event *wait_list,              \
+     cl_event *event))                                                                                                 \
+  X(clFinish, cl_int, (cl_command_queue queue))
+
+typedef struct raw_cl_driver {
+#define RAW_CL_MEMBER(member, ret, params) ret(*member) params;
+  RAW_CL_FUNCTIONS(RAW_CL_MEMBER)
+#undef RAW_CL_MEMBER
+} raw_cl_driver;
+
+/* The table, looked up once in the library ferry's opencl backend loaded. */
+static const raw_cl_driver *cl_driver(char why[256]) {
+  static raw_cl_driver table;
+  static bool loaded;
+  if (loaded) return &table;
+  void *lib = raw_library_open("FERRY_OPENCL_LIBRARY", "libOpenCL.so.1", why);
+  if (!lib) return NULL;
+  raw_cl_driver t;
+#define RAW_CL_LOOKUP(member, ret, params)                                                                             \
+  if (!raw_library_symbol(lib, #member, &t.member, sizeof t.member, why)) return NULL;
+  RAW_CL_FUNCTIONS(RAW_CL_LOOKUP)
+#undef RAW_CL_LOOKUP
+  table = t;
+  loaded = true;
+  return &table;
+}
+
 struct raw_baseline {
-  const ferry_cl_api *api;
+  const raw_cl_driver *api;
   cl_context context;
   cl_command_queue queue;
   bool unified; /* the device's memory is the host's: the map way exists */
@@ -42,12 +89,9 @@ struct raw_baseline {
 };
 
 static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
-  const ferry_cl_api *api = ferry__opencl_api();
+  const raw_cl_driver *api = cl_driver(why);
   ferry_native nat;
-  if (!api) {
-    snprintf(why, 256, "the opencl backend has no OpenCL library loaded");
-    return NULL;
-  }
+  if (!api) return NULL;
   if (ferry_device_native(dev, &nat) != FERRY_OK || !nat.queue) {
     snprintf(why, 256, "no OpenCL queue for the device: %s", ferry_last_error());
     return NULL;

@@ -1,7 +1,7 @@
 /*
  * Raw driver calls that ferry's figures are compared against.
  *
- * Each backend has a file tools/raw/raw_<backend>.c that performs the transfer a
+ * Each backend has a file raw/raw_<backend>.c that performs the transfer a
  * program written directly against the device would make (memcpy; cuMemcpyHtoD;
  * clEnqueueWriteBuffer; memcpy into a staging buffer + vkCmdCopyBuffer + fence),
  * on the very same ferry buffers (through ferry_device_ptr and
@@ -12,6 +12,15 @@
  * the host's: OpenCL's map + memcpy + unmap beside clEnqueueWriteBuffer, Vulkan's
  * memcpy into mapped memory beside a staging copy), the backend offers the second
  * as the "alt" way, and `ferry bench` measures both and shows the faster.
+ *
+ * The baselines are ferry's users, not part of it: each has a small driver table of
+ * its own (the few functions it calls), looked up in the very library ferry's backend
+ * loaded (the FERRY_*_LIBRARY setting in effect, else the driver's usual name)
+ * through the core's one loader (src/core/library.h: ferry__library_open, which
+ * knows when a program cannot load libraries). They take the driver's types and
+ * constants from ferry's declarations (src/backends/<name>/<name>_api.h, checked
+ * against the vendors' headers by ctest), never a backend's state. The `ferry`
+ * command (tools/) and the benchmark programs (bench/) both link them (ferry_raw).
  */
 #ifndef FERRY_BENCH_RAW_H
 #define FERRY_BENCH_RAW_H
@@ -19,6 +28,7 @@
 #include "ferry.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef struct raw_baseline raw_baseline; /* a backend's own state for one device */
 
@@ -67,5 +77,15 @@ typedef struct raw_ops {
 
 /* The raw calls for a backend by name ("native", "cuda", ...); NULL if none. */
 const raw_ops *raw_ops_for(const char *backend);
+
+/* ---- for the baselines' own driver tables (raw.c) ---- */
+
+/* The driver library a backend loaded: the setting `option` in effect
+ * (ferry_option_get; "FERRY_CUDA_LIBRARY"), else `fallback` ("libcuda.so.1"),
+ * opened through the core's loader. NULL with a sentence in why[256]. After ferry_init. */
+void *raw_library_open(const char *option, const char *fallback, char why[256]);
+/* Looks `name` up in `library` into the function pointer at `slot` (of `size`
+ * bytes); false, with a sentence in why[256], when the library has no such symbol. */
+bool raw_library_symbol(void *library, const char *name, void *slot, size_t size, char why[256]);
 
 #endif
