@@ -465,6 +465,14 @@ static void queue_host_arrays(ferry_device *dev, const ferry_device_info *info) 
   unsigned char *model = pattern_bytes(n, 81);
   CHECK(memcmp(back, model, n) == 0);
   CHECK(memcmp(arr, other, n) == 0);
+  /* Handed over, written from another array, taken back, with nothing between:
+   * the take waits for the write's last DMA (staged on GPUs). */
+  fill_pattern(arr, n, 83);
+  CHECK_OK(ferry_write_async(q, z, 0, arr, n));
+  CHECK_OK(ferry_write_async(q, z, 0, other, n));
+  CHECK_OK(ferry_read_async(q, z, 0, arr, n));
+  CHECK_OK(ferry_queue_synchronize(q));
+  CHECK(memcmp(arr, other, n) == 0);
   CHECK_OK(ferry_queue_destroy(q));
   CHECK_OK(ferry_free(z));
   CHECK_OK(ferry_free(b));

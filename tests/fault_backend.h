@@ -37,10 +37,11 @@ typedef enum fault_op {
 typedef struct fault_state {
   ferry_status fail_with[OP_COUNT]; /* FERRY_OK: succeed; else fail once with this */
   int fail_after[OP_COUNT];         /* calls to let through before failing */
-  int calls[OP_COUNT];
-  long live_allocs, live_imports, live_host_blocks, live_registrations, devices, destroyed, unloads;
-  long pending_at_destroy; /* DMA started and never released */
-  long bad_tickets;        /* tickets released twice, before their wait, or never started */
+  /* Atomic: queue threads and the engine's copy threads call in concurrently. */
+  _Atomic int calls[OP_COUNT];
+  _Atomic long live_allocs, live_imports, live_host_blocks, live_registrations, devices, destroyed, unloads;
+  _Atomic long pending_at_destroy; /* DMA started and never released */
+  _Atomic long bad_tickets;        /* tickets released twice, before their wait, or never started */
   bool peer_unsupported;
   _Atomic bool hold_writes; /* writes wait while set (a host part that another thread ends) */
 } fault_state;

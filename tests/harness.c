@@ -256,3 +256,19 @@ int harness_finish(const char *program) {
   printf("%s: all %d checks passed%s\n", program, harness_checks, cases);
   return 0;
 }
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define HARNESS_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define HARNESS_ASAN 1
+#endif
+#ifdef HARNESS_ASAN
+/* LeakSanitizer reads this hook at exit. PoCL's kernel compiler (LLVM) keeps
+ * objects it never frees when it compiles a kernel, which happens only with a
+ * cold cache (POCL_CACHE_DIR empty): those are the driver's, not ferry's. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void) { return "leak:libpocl.so\nleak:libLLVM\n"; }
+#endif

@@ -161,8 +161,12 @@ static void every_reporter(ferry_device *a) {
     CHECK_OK(ferry_queue_create(a, &q));
     CHECK_OK(ferry_event_create(&e));
     fault_arm(OP_WRITE, FERRY_ERROR_OUT_OF_MEMORY, 0);
+    /* The write waits until the event is recorded behind it: once it has failed,
+     * a new submission would be refused (FERRY_ERROR_CANCELLED) until reported. */
+    atomic_store(&fault.hold_writes, true);
     CHECK_OK(ferry_write_async(q, b, 0, src, n));
     CHECK_OK(ferry_event_record(e, q));
+    atomic_store(&fault.hold_writes, false);
     ferry_status st = FERRY_OK;
     for (int tries = 0; tries < 2000; tries++) {
       switch (r) {

@@ -41,7 +41,8 @@ void ferry__capture_ref(ferry_capture *c) { atomic_fetch_add(&c->refs, 1); }
 
 void ferry__capture_unref(ferry_capture *c) {
   if (!c || atomic_fetch_sub(&c->refs, 1) != 1) return;
-  if (c->ticket) c->dev->ops->ticket_release(c->dev, c->ticket);
+  ferry_ticket t = atomic_load_explicit(&c->ticket, memory_order_acquire);
+  if (t) c->dev->ops->ticket_release(c->dev, t);
   ferry__queue_unref(c->queue);
   free(c);
 }
@@ -276,9 +277,11 @@ ferry_status ferry_event_elapsed(ferry_event start, ferry_event stop, double *ou
     ferry_device *dev = ca->dev;
     double ms = 0;
     st = FERRY_ERROR_UNSUPPORTED;
-    if (ca->ticket && cb->ticket && dev->ops->ticket_elapsed) {
+    ferry_ticket ta = atomic_load_explicit(&ca->ticket, memory_order_acquire);
+    ferry_ticket tb = atomic_load_explicit(&cb->ticket, memory_order_acquire);
+    if (ta && tb && dev->ops->ticket_elapsed) {
       ferry_error_scope scope = ferry__first_failure_begin(true);
-      st = dev->ops->ticket_elapsed(dev, ca->ticket, cb->ticket, &ms);
+      st = dev->ops->ticket_elapsed(dev, ta, tb, &ms);
       ferry__first_failure_end(scope);
     }
     if (st != FERRY_OK) ms = (cb->host_time - ca->host_time) * 1e3; /* the host's clock at completion */

@@ -474,8 +474,11 @@ static ferry_status run_host(ferry_queue_obj *q, q_entry *e) {
     st = ferry__stage_run(e->stage, false);
   } else if (e->op.kind == FERRY_OP_MARKER) {
     ferry_capture *c = e->op.capture;
-    if (q->lane && dev->ops->marker && (st = dev->ops->marker(dev, q->lane, true, &c->ticket)) == FERRY_OK && c->ticket)
-      st = dev->ops->ticket_wait(dev, c->ticket);
+    ferry_ticket t = 0;
+    if (q->lane && dev->ops->marker && (st = dev->ops->marker(dev, q->lane, true, &t)) == FERRY_OK && t) {
+      atomic_store_explicit(&c->ticket, t, memory_order_release);
+      st = dev->ops->ticket_wait(dev, t);
+    }
     c->host_time = ferry__now();
   } else if (e->op.kind == FERRY_OP_WAIT) {
     ferry__capture_wait(e->op.capture);
@@ -651,7 +654,10 @@ static plan_kind classify(ferry_queue_obj *q, const ferry_op *op, plan *p) {
   case FERRY_OP_MARKER: return PLAN_DIRECT;
   case FERRY_OP_WAIT:
     if (ferry__capture_done(op->capture)) return PLAN_NOTHING;
-    return op->capture->ticket && dev->ops->lane_wait && !(p->refused & REFUSED_LANE_WAIT) ? PLAN_DIRECT : PLAN_HOST;
+    return atomic_load_explicit(&op->capture->ticket, memory_order_acquire) && dev->ops->lane_wait &&
+                   !(p->refused & REFUSED_LANE_WAIT)
+               ? PLAN_DIRECT
+               : PLAN_HOST;
   case FERRY_OP_FILL:
     if (op->bytes == 0) return dev->ops->check ? PLAN_HOST : PLAN_NOTHING;
     return op->dst->mem.host || !dev->ops->fill_start ? PLAN_HOST : PLAN_DIRECT;
@@ -720,13 +726,18 @@ static ferry_status push_direct(ferry_queue_obj *q, q_entry *e, plan *p, bool wa
     }
   } else {
     switch (op->kind) {
-    case FERRY_OP_MARKER:
-      st = dev->ops->marker(dev, lane, true, &op->capture->ticket);
-      e->ticket = op->capture->ticket; /* the capture's: it keeps it for ferry_event_elapsed */
+    case FERRY_OP_MARKER: {
+      ferry_ticket t = 0;
+      st = dev->ops->marker(dev, lane, true, &t);
+      if (st != FERRY_OK) t = 0;
+      e->ticket = t; /* the capture's: it keeps it for ferry_event_elapsed */
+      atomic_store_explicit(&op->capture->ticket, t, memory_order_release);
+    }
       e->ticket_owned = false;
       return st;
     case FERRY_OP_WAIT:
-      st = dev->ops->lane_wait(dev, lane, op->capture->dev, op->capture->ticket);
+      st = dev->ops->lane_wait(dev, lane, op->capture->dev,
+                               atomic_load_explicit(&op->capture->ticket, memory_order_acquire));
       if (st == FERRY_ERROR_UNSUPPORTED) p->refused |= REFUSED_LANE_WAIT;
       break;
     case FERRY_OP_FILL:
@@ -826,7 +837,10 @@ static ferry_status submit_locked(ferry_queue_obj *q, q_entry *e, plan *p, plan_
       return FERRY_ERROR_OUT_OF_MEMORY;
     }
     q->host_queued++;
-    q->device_work = false;
+    /* A staged transfer to the device leaves its last pieces' DMA in the lane when
+     * its host part ends: a host part behind it (a host-pointer buffer handed over
+     * through the device's own queue, say) waits for them through a marker. */
+    q->device_work = kind == PLAN_STAGED;
     break;
   }
   }

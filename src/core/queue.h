@@ -86,8 +86,10 @@ struct ferry_capture {
   uint64_t seq;           /* the marker entry's */
   ferry_device *dev;
   _Atomic bool done;
-  ferry_ticket ticket; /* a timing marker on the queue's lane (0: none); owned */
-  double host_time;    /* when the core saw it complete (or the host part ran, on devices without lanes) */
+  /* A timing marker on the queue's lane (0: none); owned. Atomic: a marker run on
+   * the queue's thread sets it while another queue's submission may read it. */
+  _Atomic ferry_ticket ticket;
+  double host_time; /* when the core saw it complete (or the host part ran, on devices without lanes) */
 };
 
 /* Waits until every entry up to `seq` has retired (`seq` 0: all submitted). */
