@@ -73,6 +73,20 @@ typedef struct raw_ops {
    * (cuMemcpyPeer + cuCtxSynchronize). */
   const char *peer_name;
   int (*peer)(raw_baseline *src_raw, ferry_buffer src, raw_baseline *dst_raw, ferry_buffer dst, size_t bytes);
+  /* Asynchronous calls, for the rows of ferry's queues. h2d_async submits one copy
+   * of `bytes` from ordinary host memory into `dst` and returns once it is enqueued
+   * (clEnqueueWriteBuffer with CL_FALSE; cuMemcpyHtoDAsync), leaving `src` in use
+   * until finish, which waits for everything h2d_async submitted (clFinish;
+   * cuStreamSynchronize). Both or neither. */
+  const char *h2d_async_name; /* the submission: "cuMemcpyHtoDAsync (legacy stream)" */
+  const char *finish_name;    /* "cuStreamSynchronize" */
+  int (*h2d_async)(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes);
+  int (*finish)(raw_baseline *raw);
+  /* Both directions at once on two queues of the device: `bytes` from `src` into
+   * `dst_buf` on one, `bytes` of `src_buf` into `dst` on the other, complete on
+   * return. */
+  const char *both_name;
+  int (*both)(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst, size_t bytes);
 } raw_ops;
 
 /* The raw calls for a backend by name ("native", "cuda", ...); NULL if none. */

@@ -10,6 +10,7 @@
  *   host_alloc  cuMemAllocHost_v2 (cuMemFreeHost)
  *   alloc_free  cuMemAlloc_v2 + cuMemFree_v2
  *   peer        cuMemcpyPeer + cuCtxSynchronize, in the destination's context
+ *   h2d_async   cuMemcpyHtoDAsync_v2 on the legacy stream; finish: cuStreamSynchronize of it
  */
 #include "raw_cuda.h"
 #include "raw.h"
@@ -101,6 +102,21 @@ static int cuda_d2d(raw_baseline *raw, ferry_buffer src, ferry_buffer dst, size_
   return raw->api->cuCtxSynchronize() == FCU_SUCCESS ? 0 : -1;
 }
 
+/* The legacy (NULL) stream, which every program has without creating one. From
+ * pageable memory the driver may copy the source out before returning, which is
+ * part of what a submission costs. */
+static int cuda_h2d_async(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  if (current(raw)) return -1;
+  cu_result r = raw->api->cuMemcpyHtoDAsync((cu_deviceptr)ferry_device_ptr(dst), src, bytes, NULL);
+  return r == FCU_SUCCESS ? 0 : (int)r;
+}
+
+static int cuda_finish(raw_baseline *raw) {
+  if (current(raw)) return -1;
+  cu_result r = raw->api->cuStreamSynchronize(NULL);
+  return r == FCU_SUCCESS ? 0 : (int)r;
+}
+
 static void *cuda_host_alloc(raw_baseline *raw, size_t bytes) {
   void *p = NULL;
   if (current(raw) || !raw->api->cuMemAllocHost) return NULL;
@@ -145,6 +161,10 @@ static const raw_ops cuda_raw = {
     .tag = "cuMemcpy",
     .peer_name = "cuMemcpyPeer + cuCtxSynchronize",
     .peer = cuda_peer,
+    .h2d_async_name = "cuMemcpyHtoDAsync (legacy stream)",
+    .h2d_async = cuda_h2d_async,
+    .finish_name = "cuStreamSynchronize",
+    .finish = cuda_finish,
 };
 
 const raw_ops *raw_cuda_ops(void) { return &cuda_raw; }

@@ -25,6 +25,8 @@
   X(cuMemAllocHost, "cuMemAllocHost_v2", false, cu_result, (void **ptr, size_t bytes))                                 \
   X(cuMemFreeHost, "cuMemFreeHost", true, cu_result, (void *ptr))                                                      \
   X(cuMemcpyHtoD, "cuMemcpyHtoD_v2", true, cu_result, (cu_deviceptr dst, const void *src, size_t bytes))               \
+  X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", true, cu_result,                                                        \
+    (cu_deviceptr dst, const void *src, size_t bytes, cu_stream stream))                                               \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", true, cu_result, (void *dst, cu_deviceptr src, size_t bytes))                     \
   X(cuMemcpyDtoD, "cuMemcpyDtoD_v2", true, cu_result, (cu_deviceptr dst, cu_deviceptr src, size_t bytes))              \
   X(cuMemcpyPeer, "cuMemcpyPeer", true, cu_result,                                                                     \

@@ -10,6 +10,11 @@
  *   d2d: clEnqueueCopyBuffer + clFinish
  *   pinned host memory: a CL_MEM_ALLOC_HOST_PTR buffer, mapped (the vendors' advice)
  *   allocation: clCreateBuffer + clReleaseMemObject
+ *   h2d_async: clEnqueueWriteBuffer, non-blocking, on ferry's in-order device queue;
+ *        finish: clFinish
+ *   both: a non-blocking clEnqueueWriteBuffer on that queue and a non-blocking
+ *        clEnqueueReadBuffer on a second in-order queue of the baseline's own, each
+ *        flushed, then clFinish of both
  *
  * On devices whose memory is the host's (CPU devices, and any device that says
  * CL_DEVICE_HOST_UNIFIED_MEMORY), a program may as well map the buffer and copy
@@ -54,11 +59,23 @@ typedef struct mapped_block {
   X(clEnqueueUnmapMemObject, cl_int,                                                                                   \
     (cl_command_queue queue, cl_mem mem, void *mapped_ptr, cl_uint num_events, const cl_event *wait_list,              \
      cl_event *event))                                                                                                 \
-  X(clFinish, cl_int, (cl_command_queue queue))
+  X(clFlush, cl_int, (cl_command_queue queue))                                                                         \
+  X(clFinish, cl_int, (cl_command_queue queue))                                                                        \
+  X(clReleaseCommandQueue, cl_int, (cl_command_queue queue))
+
+/* The calls to make the second queue, either of which a driver may lack:
+ * clCreateCommandQueue is deprecated from OpenCL 2.0 on (a 3.0 driver may drop it),
+ * clCreateCommandQueueWithProperties is 2.0's. */
+#define RAW_CL_OPTIONAL(X)                                                                                             \
+  X(clCreateCommandQueue, cl_command_queue,                                                                            \
+    (cl_context context, cl_device_id device, cl_command_queue_properties properties, cl_int * errcode_ret))           \
+  X(clCreateCommandQueueWithProperties, cl_command_queue,                                                              \
+    (cl_context context, cl_device_id device, const cl_queue_properties *properties, cl_int *errcode_ret))
 
 typedef struct raw_cl_driver {
 #define RAW_CL_MEMBER(member, ret, params) ret(*member) params;
   RAW_CL_FUNCTIONS(RAW_CL_MEMBER)
+  RAW_CL_OPTIONAL(RAW_CL_MEMBER)
 #undef RAW_CL_MEMBER
 } raw_cl_driver;
 
@@ -74,6 +91,11 @@ static const raw_cl_driver *cl_driver(char why[256]) {
   if (!raw_library_symbol(lib, #member, &t.member, sizeof t.member, why)) return NULL;
   RAW_CL_FUNCTIONS(RAW_CL_LOOKUP)
 #undef RAW_CL_LOOKUP
+  char missing[256];
+#define RAW_CL_OPTIONAL_LOOKUP(member, ret, params)                                                                    \
+  if (!raw_library_symbol(lib, #member, &t.member, sizeof t.member, missing)) t.member = NULL;
+  RAW_CL_OPTIONAL(RAW_CL_OPTIONAL_LOOKUP)
+#undef RAW_CL_OPTIONAL_LOOKUP
   table = t;
   loaded = true;
   return &table;
@@ -83,10 +105,30 @@ struct raw_baseline {
   const raw_cl_driver *api;
   cl_context context;
   cl_command_queue queue;
-  bool unified; /* the device's memory is the host's: the map way exists */
+  cl_command_queue second; /* the baseline's own in-order queue, for `both`; NULL when it could not be made */
+  cl_int second_error;     /* why not: what the creating call returned */
+  bool unified;            /* the device's memory is the host's: the map way exists */
   pthread_mutex_t lock;
   mapped_block *blocks;
 };
+
+/* An in-order queue of the baseline's own, as ferry's backend makes one: through
+ * clCreateCommandQueueWithProperties on a 2.0+ device, else clCreateCommandQueue.
+ * NULL, with the driver's code in *err, when neither works. */
+static cl_command_queue second_queue(const raw_cl_driver *api, cl_context context, cl_device_id id, cl_int *err) {
+  char version[128] = "";
+  int major = 1, minor = 0;
+  if (api->clGetDeviceInfo(id, CL_DEVICE_VERSION, sizeof version - 1, version, NULL) == CL_SUCCESS)
+    (void)sscanf(version, "OpenCL %d.%d", &major, &minor);
+  *err = CL_INVALID_OPERATION; /* no call to make one */
+  cl_command_queue q = NULL;
+  if (major >= 2 && api->clCreateCommandQueueWithProperties)
+    q = api->clCreateCommandQueueWithProperties(context, id, NULL, err);
+  else if (api->clCreateCommandQueue)
+    q = api->clCreateCommandQueue(context, id, 0, err);
+  if (!q && *err == CL_SUCCESS) *err = CL_INVALID_OPERATION;
+  return q;
+}
 
 static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
   const raw_cl_driver *api = cl_driver(why);
@@ -111,6 +153,7 @@ static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
   if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
     unified = CL_FALSE;
   raw->unified = (type & CL_DEVICE_TYPE_CPU) || unified;
+  raw->second = second_queue(api, raw->context, id, &raw->second_error);
   pthread_mutex_init(&raw->lock, NULL);
   return raw;
 }
@@ -120,6 +163,10 @@ static void cl_host_free_raw(raw_baseline *raw, void *ptr);
 static void cl_close(raw_baseline *raw) {
   while (raw->blocks)
     cl_host_free_raw(raw, raw->blocks->ptr);
+  if (raw->second) {
+    raw->api->clFinish(raw->second);
+    raw->api->clReleaseCommandQueue(raw->second);
+  }
   pthread_mutex_destroy(&raw->lock);
   free(raw);
 }
@@ -192,6 +239,41 @@ static int cl_alloc_free(raw_baseline *raw, size_t bytes) {
   return raw->api->clReleaseMemObject(mem) == CL_SUCCESS ? 0 : -1;
 }
 
+/* ---- asynchronous calls ------------------------------------------------------- */
+
+/* Only the enqueue: no clFlush, as a program that queues a burst of writes and then
+ * waits need not flush each one. The bytes of `src` are the driver's until cl_finish. */
+static int cl_h2d_async(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  cl_mem mem = (cl_mem)ferry_device_ptr(dst);
+  cl_int err = raw->api->clEnqueueWriteBuffer(raw->queue, mem, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
+  return err == CL_SUCCESS ? 0 : (int)err;
+}
+
+static int cl_finish(raw_baseline *raw) {
+  cl_int err = raw->api->clFinish(raw->queue);
+  return err == CL_SUCCESS ? 0 : (int)err;
+}
+
+/* Each queue is flushed once its command is in, so that the second starts while the
+ * first runs rather than when clFinish gets to it. Both queues are finished even
+ * when a call failed, so that no command still uses the host memory on return;
+ * the first failure's code is returned. */
+static int cl_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst,
+                   size_t bytes) {
+  if (!raw->second) return (int)raw->second_error;
+  const raw_cl_driver *api = raw->api;
+  cl_int err =
+      api->clEnqueueWriteBuffer(raw->queue, (cl_mem)ferry_device_ptr(dst_buf), CL_FALSE, 0, bytes, src, 0, NULL, NULL);
+  if (err == CL_SUCCESS) err = api->clFlush(raw->queue);
+  if (err == CL_SUCCESS)
+    err = api->clEnqueueReadBuffer(raw->second, (cl_mem)ferry_device_ptr(src_buf), CL_FALSE, 0, bytes, dst, 0, NULL,
+                                   NULL);
+  if (err == CL_SUCCESS) err = api->clFlush(raw->second);
+  cl_int first = api->clFinish(raw->queue), second = api->clFinish(raw->second);
+  if (err == CL_SUCCESS) err = first != CL_SUCCESS ? first : second;
+  return err == CL_SUCCESS ? 0 : (int)err;
+}
+
 /* ---- the map way -------------------------------------------------------------- */
 
 static bool cl_alt_available(raw_baseline *raw) { return raw->unified; }
@@ -259,6 +341,12 @@ static const raw_ops opencl_raw = {
     .h2d_alt = cl_h2d_map,
     .d2h_alt = cl_d2h_map,
     .d2d_alt = cl_d2d_map,
+    .h2d_async_name = "clEnqueueWriteBuffer (non-blocking)",
+    .h2d_async = cl_h2d_async,
+    .finish_name = "clFinish",
+    .finish = cl_finish,
+    .both_name = "clEnqueueWriteBuffer + clEnqueueReadBuffer (non-blocking, flushed) on two queues + clFinish (both)",
+    .both = cl_both,
 };
 
 const raw_ops *raw_opencl_ops(void) { return &opencl_raw; }

@@ -25,11 +25,15 @@ sys.path.insert(0, HERE)
 import json_schema_check  # noqa: E402
 
 DOC = os.path.join(HERE, "..", "docs", "JSON.md")
-DEVICE_PATHS = ["h2d", "d2h", "h2d-pinned", "d2h-pinned", "host-ptr", "zero-copy", "d2d", "alloc"]
+DEVICE_PATHS = ["h2d", "d2h", "h2d-pinned", "d2h-pinned", "host-ptr", "zero-copy", "d2d", "async", "both", "alloc"]
 PAIR_PATHS = ["peer", "cross"]
-LATENCY = {"alloc", "host-ptr", "zero-copy"}
+LATENCY = {"alloc", "host-ptr", "zero-copy", "async"}
 SYNC_ONLY = {"host-ptr", "zero-copy"}
-BYTES_FACTOR = {"host-ptr": 2, "zero-copy": 2}
+BYTES_FACTOR = {"host-ptr": 2, "zero-copy": 2, "both": 2}
+# Rows of ferry's queues: a raw figure only where the driver has such calls (OpenCL, CUDA).
+QUEUE_PATHS = {"async", "both"}
+# A write_async sample queues at most this many bytes (at least one submission).
+ASYNC_QUEUED_MAX = 64 << 20
 SVG = "{http://www.w3.org/2000/svg}"
 
 failures = []
@@ -78,6 +82,15 @@ def check_result(r, where, repeat):
     check(r.get("verified") is True, f"{w}: bytes not verified")
     check(r.get("error") is None and r.get("raw_error") is None and r.get("reason") is None, f"{w}: error fields set")
     check_figure(r.get("ferry"), r["unit"], r["size"], r["path"], w + " ferry")
+    if r["path"] == "async":
+        cap = max(1, ASYNC_QUEUED_MAX // r["size"])
+        for side in ("ferry", "raw"):
+            if r.get(side):
+                ops = r[side]["ops_per_sample"]
+                check(ops <= cap, f"{w}: {side} queues {ops} x {r['size']} B a sample, over 64 MiB")
+        if r.get("raw"):
+            check(r["raw"]["ops_per_sample"] == r["ferry"]["ops_per_sample"],
+                  f"{w}: ferry and raw submit different numbers a sample")
     if r.get("raw") is None:
         check(r.get("ratio") is None and r.get("raw_other") is None, f"{w}: a ratio without a raw figure")
         return
@@ -119,13 +132,17 @@ def check_json(data, sizes, repeat):
         for r in results:
             check_result(r, where, repeat)
         by_path = {p: [r for r in results if r["path"] == p] for p in DEVICE_PATHS}
-        for p in ("h2d", "d2h", "h2d-pinned", "d2h-pinned", "d2d", "alloc"):
+        for p in ("h2d", "d2h", "h2d-pinned", "d2h-pinned", "d2d", "async", "both", "alloc"):
             check(all(r["status"] == "ok" for r in by_path[p]), f"{where}: {p} not measured at every size")
         zc_ok = all(r["status"] == "ok" for r in by_path["zero-copy"])
         check(zc_ok == bool(d.get("zero_copy")), f"{where}: zero-copy rows do not follow the device's zero_copy")
         if d.get("backend") == "native":
             check(d.get("raw_baseline") is True, f"{where}: native has no raw baseline")
-            check(all(r.get("raw") for r in results if r["status"] == "ok"), f"{where}: native row without raw")
+            check(all(r.get("raw") for r in results if r["status"] == "ok" and r["path"] not in QUEUE_PATHS),
+                  f"{where}: native row without raw")
+        if d.get("backend") == "opencl":
+            check(all(r.get("raw") for r in results if r["status"] == "ok" and r["path"] in QUEUE_PATHS),
+                  f"{where}: an OpenCL queue row without the raw enqueued calls")
         # Devices whose memory is the host's have a second raw way (issue 16, item 1): the
         # faster of the two is the baseline, and both are in the JSON.
         if d.get("backend") in ("opencl", "vulkan") and d.get("is_cpu"):

@@ -35,7 +35,9 @@ typedef enum bench_path {
   PATH_HOST_PTR,   /* h2d + d2h on a ferry_alloc_host_ptr buffer's own array (synchronisation only) */
   PATH_ZERO_COPY,  /* h2d + d2h on a ferry_alloc_zero_copy buffer's own array (synchronisation only) */
   PATH_D2D,        /* ferry_device_to_device between two buffers of the device */
-  PATH_ALLOC,      /* ferry_alloc + ferry_free */
+  PATH_ASYNC,      /* ferry_write_async from ordinary memory on a queue: the submission alone (synchronised untimed) */
+  PATH_BOTH,       /* ferry_write_async on one queue + ferry_read_async on another at once, both synchronised */
+  PATH_ALLOC,      /* ferry_alloc + ferry_free (after the transfer paths: those before it share their memory) */
   PATH_PEER,       /* ferry_device_to_device between two devices of a backend with a raw peer copy (cuda) */
   PATH_CROSS,      /* ferry_device_to_device between two devices, against the raw d2h + h2d through host memory */
   PATH_COUNT
@@ -47,8 +49,8 @@ typedef struct bench_path_desc {
   const char *label;   /* the tables' first column */
   const char *meaning; /* one line for the legend under the tables */
   int bytes_factor;    /* bytes moved per operation, in units of the row's size (2 for round trips) */
-  bool latency;        /* the figure is microseconds per operation, not GB/s (alloc+free, and the sync
-                          rows, which move no bytes) */
+  bool latency;        /* the figure is microseconds per operation, not GB/s (alloc+free, the sync
+                          rows, which move no bytes, and the submissions of write_async) */
   bool sync_only;      /* ferry moves no bytes here: it only synchronises */
   bool pair;           /* between two devices */
 } bench_path_desc;

@@ -10,6 +10,11 @@
  * all alike. Each figure is the median of its samples; of two raw ways the one
  * with the lower median is shown. Copies between two devices (peer, cross) are
  * measured the same way, after the devices.
+ *
+ * A path may have a settle step beside its call (write_async: the queue's
+ * synchronisation), run after each sample's clock stops, so that the figure is the
+ * calls alone while nothing they queued outlives the sample. Such a path queues at
+ * most ASYNC_QUEUED_MAX bytes a sample, and the same number of calls on every side.
  */
 #include "bench.h"
 
@@ -37,6 +42,14 @@ const bench_path_desc bench_paths[PATH_COUNT] = {
                         2, true, true, false},
     [PATH_D2D] = {"d2d", "d2d", "ferry_device_to_device between two buffers of the device (bytes copied per second)", 1,
                   false, false, false},
+    [PATH_ASYNC] = {"async", "write_async",
+                    "ferry_write_async from ordinary host memory on a queue of the device: microseconds to submit "
+                    "one; the queue is synchronised after each sample, untimed, and a sample queues 64 MiB at most",
+                    1, true, false, false},
+    [PATH_BOTH] = {"both", "h2d+d2h 2q",
+                   "ferry_write_async on one queue of the device and ferry_read_async on a second at once, both "
+                   "synchronised (bytes moved both ways per second)",
+                   2, false, false, false},
     [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false,
                     false},
     [PATH_PEER] = {"peer", "peer",
@@ -64,6 +77,10 @@ static budget budget_for(const bench_options *opt) {
 }
 
 #define MAX_INNER 1000000L
+/* The most bytes one write_async sample leaves queued: the calls are timed, their
+ * copies run after, so without a cap a sample of small, quick submissions could
+ * queue gigabytes of work behind the clock. */
+#define ASYNC_QUEUED_MAX ((size_t)64 << 20)
 
 double bench_now(void) {
   struct timespec ts;
@@ -119,6 +136,14 @@ const char *bench_raw_call(const bench_device *d, bench_path p, int way, char *b
   case PATH_D2D:
     if (!d2d) return NULL;
     snprintf(buf, size, "%s", d2d);
+    break;
+  case PATH_ASYNC:
+    if (way || !r->h2d_async || !r->finish) return NULL;
+    snprintf(buf, size, "%s", r->h2d_async_name);
+    break;
+  case PATH_BOTH:
+    if (way || !r->both) return NULL;
+    snprintf(buf, size, "%s", r->both_name);
     break;
   case PATH_ALLOC:
     if (way || !r->alloc_free) return NULL;
@@ -234,6 +259,7 @@ typedef struct ctx {
   bool raw_pinned_own;       /* raw_pinned came from raw->host_alloc */
   unsigned char *own;        /* the host-ptr / zero-copy buffer's array */
   ferry_buffer hb;           /* that buffer */
+  ferry_queue q1, q2;        /* queues of the device: write_async's, and both's second (its reads) */
   char err[1200];            /* the sentence of the last failure */
 } ctx;
 
@@ -242,7 +268,8 @@ typedef int (*op_fn)(ctx *c);
 /* One raw way of a path: the timed call and the check of its bytes. */
 typedef struct way {
   op_fn op, verify;
-  int index; /* 0: the backend's first way, 1: its second */
+  int index;    /* 0: the backend's first way, 1: its second */
+  op_fn settle; /* NULL, or what waits for the calls' queued work after each sample, untimed */
 } way;
 
 static int ctx_fail(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -259,6 +286,24 @@ static int ferry_failed(ctx *c, ferry_status st) {
 }
 
 static ferry_array arr(ctx *c, void *p) { return ferry_array_of(p, c->bytes, FERRY_UINT8); }
+
+/* Waits after a failed call, so that nothing it queued before still uses the host
+ * memory; c->err keeps the call's sentence, not the wait's. */
+static void settle_quietly(ctx *c, op_fn settle) {
+  char keep[sizeof c->err];
+  memcpy(keep, c->err, sizeof keep);
+  (void)settle(c);
+  memcpy(c->err, keep, sizeof keep);
+}
+
+/* One call, then its settling: a complete transfer, for the checks. */
+static int settle_after(ctx *c, op_fn op, op_fn settle) {
+  if (op(c)) {
+    settle_quietly(c, settle);
+    return -1;
+  }
+  return settle(c);
+}
 
 /* ---- ferry's calls ---- */
 
@@ -286,6 +331,29 @@ static int f_sync(ctx *c) {
 static int f_d2d(ctx *c) {
   ferry_status st = ferry_device_to_device(c->a, c->b);
   return st == FERRY_OK ? 0 : ferry_failed(c, st);
+}
+static int f_async(ctx *c) {
+  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->src, c->bytes);
+  return st == FERRY_OK ? 0 : ferry_failed(c, st);
+}
+static int fs_async(ctx *c) {
+  ferry_status st = ferry_queue_synchronize(c->q1);
+  return st == FERRY_OK ? 0 : ferry_failed(c, st);
+}
+static int f_async_once(ctx *c) { return settle_after(c, f_async, fs_async); }
+/* Both queues are synchronised even after a failure: nothing may still use src or
+ * dst on return. The first failure is the one said. */
+static int f_both(ctx *c) {
+  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->src, c->bytes);
+  if (st != FERRY_OK) return ferry_failed(c, st);
+  int rc = 0;
+  st = ferry_read_async(c->q2, c->b, 0, c->dst, c->bytes);
+  if (st != FERRY_OK) rc = ferry_failed(c, st);
+  st = ferry_queue_synchronize(c->q1);
+  if (st != FERRY_OK && rc == 0) rc = ferry_failed(c, st);
+  st = ferry_queue_synchronize(c->q2);
+  if (st != FERRY_OK && rc == 0) rc = ferry_failed(c, st);
+  return rc;
 }
 static int f_alloc(ctx *c) {
   ferry_buffer x;
@@ -330,6 +398,19 @@ static int r_d2d(ctx *c) {
 }
 static int r_alloc(ctx *c) {
   RAW(c->raw->alloc_free(c->rb, c->bytes), c->raw->alloc_name);
+  return 0;
+}
+static int r_h2d_async(ctx *c) {
+  RAW(c->raw->h2d_async(c->rb, c->a, c->src, c->bytes), c->raw->h2d_async_name);
+  return 0;
+}
+static int r_finish(ctx *c) {
+  RAW(c->raw->finish(c->rb), c->raw->finish_name);
+  return 0;
+}
+static int r_h2d_async_once(ctx *c) { return settle_after(c, r_h2d_async, r_finish); }
+static int r_both(ctx *c) {
+  RAW(c->raw->both(c->rb, c->a, c->src, c->b, c->dst, c->bytes), c->raw->both_name);
   return 0;
 }
 static int a_h2d(ctx *c) {
@@ -478,6 +559,29 @@ static int verify_copy(ctx *c, op_fn op, const char *what) {
   return check_bytes(c, what, c->src, c->dst);
 }
 
+/* Both directions at once: src into a, and b into dst. b is written first with bytes
+ * of its own, kept in a block of the check's, so that a read that did nothing shows. */
+static int verify_both(ctx *c, op_fn op, const char *what) {
+  char size[32], text[256];
+  unsigned char *want = malloc(c->bytes);
+  if (!want) return ctx_fail(c, "no host memory to check %s at %s", what, bench_size_text(c->bytes, size));
+  int rc = -1;
+  fill(want, c->bytes);
+  if (write_through(c, c->b, want) == 0) {
+    fill(c->src, c->bytes);
+    memset(c->dst, 0xA5, c->bytes);
+    if (op(c) == 0) {
+      snprintf(text, sizeof text, "%.200s (device to host)", what);
+      if (check_bytes(c, text, want, c->dst) == 0 && read_back(c, c->a, want) == 0) {
+        snprintf(text, sizeof text, "%.200s (host to device)", what);
+        rc = check_bytes(c, text, c->src, want);
+      }
+    }
+  }
+  free(want);
+  return rc;
+}
+
 static int verify_alloc(ctx *c) {
   ferry_buffer x;
   ferry_status st = ferry_alloc(c->d->dev, c->bytes, FERRY_UINT8, &x);
@@ -503,6 +607,10 @@ static int vf_d2h_pinned(ctx *c) {
 static int vf_host_ptr(ctx *c) { return verify_sync(c, "the host-ptr buffer's synchronisation"); }
 static int vf_zero_copy(ctx *c) { return verify_sync(c, "the zero-copy buffer's synchronisation"); }
 static int vf_d2d(ctx *c) { return verify_copy(c, f_d2d, "ferry_device_to_device"); }
+static int vf_async(ctx *c) {
+  return verify_to_device(c, f_async_once, c->src, "ferry_write_async + ferry_queue_synchronize");
+}
+static int vf_both(ctx *c) { return verify_both(c, f_both, "ferry_write_async + ferry_read_async on two queues"); }
 
 static int vr_h2d(ctx *c) { return verify_to_device(c, r_h2d, c->src, c->raw->h2d_name); }
 static int vr_d2h(ctx *c) { return verify_to_host(c, r_d2h, c->dst, c->raw->d2h_name); }
@@ -510,6 +618,8 @@ static int vr_h2d_pinned(ctx *c) { return verify_to_device(c, r_h2d_pinned, c->r
 static int vr_d2h_pinned(ctx *c) { return verify_to_host(c, r_d2h_pinned, c->raw_pinned, c->raw->d2h_name); }
 static int vr_roundtrip(ctx *c) { return verify_roundtrip_of(c, r_h2d, r_d2h, c->src, c->dst, "the raw h2d + d2h"); }
 static int vr_d2d(ctx *c) { return verify_copy(c, r_d2d, c->raw->d2d_name); }
+static int vr_h2d_async(ctx *c) { return verify_to_device(c, r_h2d_async_once, c->src, c->raw->h2d_async_name); }
+static int vr_both(ctx *c) { return verify_both(c, r_both, c->raw->both_name); }
 static int vr_peer(ctx *c) { return verify_copy(c, r_peer, c->raw->peer_name); }
 static int vr_cross(ctx *c) { return verify_copy(c, r_cross, "the raw copy between devices"); }
 /* On memory of a baseline's own, the second way's bytes start and end there. */
@@ -577,7 +687,7 @@ static int va_d2d(ctx *c) {
 /* The raw ways of a device path, as many as the device has. */
 static int device_ways(const ctx *c, bench_path p, way out[2]) {
   static const struct {
-    op_fn op, verify, alt, alt_verify;
+    op_fn op, verify, alt, alt_verify, settle;
   } table[PATH_DEVICE_COUNT] = {
       [PATH_H2D] = {r_h2d, vr_h2d, a_h2d, va_h2d},
       [PATH_D2H] = {r_d2h, vr_d2h, a_d2h, va_d2h},
@@ -586,42 +696,63 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
       [PATH_HOST_PTR] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
       [PATH_ZERO_COPY] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
       [PATH_D2D] = {r_d2d, vr_d2d, a_d2d, va_d2d},
+      [PATH_ASYNC] = {r_h2d_async, vr_h2d_async, NULL, NULL, r_finish},
+      [PATH_BOTH] = {r_both, vr_both, NULL, NULL},
       [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL},
   };
   int n = 0;
   if (!c->raw) return 0;
   if (p == PATH_ALLOC && !c->raw->alloc_free) return 0;
-  out[n++] = (way){table[p].op, table[p].verify, 0};
+  if (p == PATH_ASYNC && (!c->raw->h2d_async || !c->raw->finish)) return 0;
+  if (p == PATH_BOTH && !c->raw->both) return 0;
+  out[n++] = (way){table[p].op, table[p].verify, 0, table[p].settle};
   bool alt = c->d->alt && table[p].alt && (p != PATH_D2D || c->raw->d2d_alt);
-  if (alt) out[n++] = (way){table[p].alt, table[p].alt_verify, 1};
+  if (alt) out[n++] = (way){table[p].alt, table[p].alt_verify, 1, NULL};
   return n;
 }
 
 /* ---- timing ------------------------------------------------------------------- */
 
-static int time_ops(op_fn op, ctx *c, long n, double *out) {
+/* Times n back-to-back calls; then settle, where the path has one, after the clock
+ * stops (its failure fails the sample as a call's would). */
+static int time_ops(op_fn op, op_fn settle, ctx *c, long n, double *out) {
   double t0 = bench_now();
   for (long i = 0; i < n; i++)
-    if (op(c)) return -1;
+    if (op(c)) {
+      if (settle) settle_quietly(c, settle);
+      return -1;
+    }
   *out = bench_now() - t0;
-  return 0;
+  return settle ? settle(c) : 0;
 }
 
-/* How many back-to-back calls last about `target` seconds; also warms the path up. */
-static int calibrate(op_fn op, ctx *c, double target, long *out_n, double *out_per_op) {
+/* The most calls in one sample: write_async's queue at most ASYNC_QUEUED_MAX bytes
+ * (and at least one call). */
+static long max_ops(const bench_row *row) {
+  if (row->path != PATH_ASYNC) return MAX_INNER;
+  size_t k = ASYNC_QUEUED_MAX / row->bytes;
+  if (k < 1) k = 1;
+  return k < (size_t)MAX_INNER ? (long)k : MAX_INNER;
+}
+
+/* How many back-to-back calls (at most max_n) last about `target` seconds; also
+ * warms the path up. *out_per_op is the wall time per call, settling included: what
+ * a sample costs, for the time budget. */
+static int calibrate(op_fn op, op_fn settle, ctx *c, double target, long max_n, long *out_n, double *out_per_op) {
   long n = 1;
   for (;;) {
-    double t;
-    if (time_ops(op, c, n, &t)) return -1;
-    if (t >= target || n >= MAX_INNER) {
+    double t, w0 = bench_now();
+    if (time_ops(op, settle, c, n, &t)) return -1;
+    double wall = bench_now() - w0;
+    if (t >= target || n >= max_n) {
       *out_n = n;
-      *out_per_op = t / (double)n;
+      *out_per_op = wall / (double)n;
       return 0;
     }
     double want = t > 0 ? (double)n * target / t * 1.1 : (double)n * 16;
     long next = want > (double)n * 16 ? n * 16 : (long)want + 1;
     if (next <= n) next = n * 2;
-    n = next < MAX_INNER ? next : MAX_INNER;
+    n = next < max_n ? next : max_n;
   }
 }
 
@@ -691,19 +822,30 @@ static void row_skip(bench_row *row, const char *why) {
 }
 
 /* Calibrates, then samples ferry and the raw ways in turn. The bytes were checked before. */
-static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways, int nways) {
+static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn fsettle, way *ways, int nways) {
   budget b = budget_for(&run->opt);
-  long nf = 1, nr[2] = {1, 1};
+  long nf = 1, nr[2] = {1, 1}, most = max_ops(row);
   double tf = 0, tr[2] = {0, 0};
-  if (calibrate(fop, c, b.target_sample, &nf, &tf)) {
+  if (calibrate(fop, fsettle, c, b.target_sample, most, &nf, &tf)) {
     row_fail(run, c, row, c->err);
     return;
   }
   for (int w = 0; w < nways; w++)
-    if (ways[w].op && calibrate(ways[w].op, c, b.target_sample, &nr[w], &tr[w])) {
+    if (ways[w].op && calibrate(ways[w].op, ways[w].settle, c, b.target_sample, most, &nr[w], &tr[w])) {
       row_raw_fail(run, c, row, c->err);
       ways[w].op = NULL;
     }
+  if (fsettle) {
+    /* A submission's cost depends on how much is queued ahead of it (a driver's
+     * threads wake for the first, then run beside the later ones), so every side
+     * queues the same number a sample: the most any side's calibration asked for. */
+    long same = nf;
+    for (int w = 0; w < nways; w++)
+      if (ways[w].op && nr[w] > same) same = nr[w];
+    for (int w = 0; w < nways; w++)
+      nr[w] = same;
+    nf = same;
+  }
   int n = run->opt.repeat;
   if (n == 0) {
     double round = tf * (double)nf;
@@ -726,7 +868,7 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
       free(sf);
       return;
     }
-    if (time_ops(fop, c, nf, &t)) {
+    if (time_ops(fop, fsettle, c, nf, &t)) {
       row_fail(run, c, row, c->err);
       free(sf);
       return;
@@ -734,7 +876,7 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
     sf[i] = t / (double)nf;
     for (int w = 0; w < nways; w++) {
       if (!ways[w].op) continue;
-      if (time_ops(ways[w].op, c, nr[w], &t)) {
+      if (time_ops(ways[w].op, ways[w].settle, c, nr[w], &t)) {
         row_raw_fail(run, c, row, c->err);
         ways[w].op = NULL;
       } else {
@@ -760,7 +902,8 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, way *ways
 }
 
 /* Checks the bytes of one ferry transfer and one transfer per raw way, then measures. */
-static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify, way *ways, int nways) {
+static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn fsettle, op_fn verify, way *ways,
+                     int nways) {
   if (bench_interrupted()) return; /* left unsettled: bench_row_interrupted marks it */
   if (verify && verify(c)) {
     row_fail(run, c, row, c->err);
@@ -772,13 +915,14 @@ static void run_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn ve
       ways[w].op = NULL;
     }
   row->verified = verify != NULL;
-  measure(run, c, row, fop, ways, nways);
+  measure(run, c, row, fop, fsettle, ways, nways);
 }
 
-static void run_device_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify) {
+/* fsettle: NULL, or ferry's settle step (see the top of this file). */
+static void run_device_path(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn fsettle, op_fn verify) {
   way ways[2];
   int n = device_ways(c, row->path, ways);
-  run_path(run, c, row, fop, verify, ways, n);
+  run_path(run, c, row, fop, fsettle, verify, ways, n);
 }
 
 /* ---- the paths that need memory of their own ----------------------------------- */
@@ -843,7 +987,7 @@ static void run_sync(bench_run *run, ctx *c, bench_row *row, bool zero_copy) {
       snprintf(text, sizeof text, "%s (%s)", ferry_last_error(), ferry_status_name(st));
     row_fail(run, c, row, text);
   } else {
-    run_device_path(run, c, row, f_sync, zero_copy ? vf_zero_copy : vf_host_ptr);
+    run_device_path(run, c, row, f_sync, NULL, zero_copy ? vf_zero_copy : vf_host_ptr);
     st = ferry_free(c->hb);
     if (st != FERRY_OK) {
       char text[1200];
@@ -863,9 +1007,66 @@ static void run_d2d(bench_run *run, ctx *c, bench_row *row) {
     row_fail(run, c, row, text);
     return;
   }
-  run_device_path(run, c, row, f_d2d, vf_d2d);
+  run_device_path(run, c, row, f_d2d, NULL, vf_d2d);
   ferry_free(c->b);
   c->b = FERRY_NULL_BUFFER;
+}
+
+/* both: b, the second buffer, as for d2d. */
+static void run_both(bench_run *run, ctx *c, bench_row *row) {
+  ferry_status st = ferry_alloc(c->d->dev, c->bytes, FERRY_UINT8, &c->b);
+  if (st != FERRY_OK) {
+    char text[1200];
+    snprintf(text, sizeof text, "the second buffer: %s (%s)", ferry_last_error(), ferry_status_name(st));
+    row_fail(run, c, row, text);
+    return;
+  }
+  run_device_path(run, c, row, f_both, NULL, vf_both);
+  ferry_free(c->b);
+  c->b = FERRY_NULL_BUFFER;
+}
+
+static void device_step(const bench_device *d, const char *what, size_t bytes);
+
+/* write_async and both, on two queues of the device made for this size (the second
+ * only for both) and destroyed after: a failure to make one fails the rows that
+ * need it. */
+static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const bool *go) {
+  bench_device *d = c->d;
+  ferry_queue q[2] = {FERRY_NULL_QUEUE, FERRY_NULL_QUEUE};
+  int want = go[PATH_BOTH] ? 2 : 1, made = 0;
+  ferry_status st = FERRY_OK;
+  while (made < want && (st = ferry_queue_create(d->dev, &q[made])) == FERRY_OK)
+    made++;
+  char text[1200] = "";
+  if (st != FERRY_OK)
+    snprintf(text, sizeof text, "creating %s queue of the device: %s (%s)", made ? "a second" : "a", ferry_last_error(),
+             ferry_status_name(st));
+  c->q1 = q[0];
+  c->q2 = q[1];
+  bench_row *last = NULL;
+  for (int p = PATH_ASYNC; p <= PATH_BOTH; p++) {
+    if (!go[p]) continue;
+    device_step(d, bench_paths[p].label, c->bytes);
+    if (made < (p == PATH_BOTH ? 2 : 1)) {
+      row_fail(run, c, rows[p], text);
+    } else {
+      if (p == PATH_ASYNC)
+        run_device_path(run, c, rows[p], f_async, fs_async, vf_async);
+      else
+        run_both(run, c, rows[p]);
+      last = rows[p];
+    }
+  }
+  /* Each sample synchronised its queues: a failure here is one no row has reported. */
+  for (int i = 0; i < made; i++) {
+    st = ferry_queue_destroy(q[i]);
+    if (st != FERRY_OK && last) {
+      snprintf(text, sizeof text, "destroying a queue: %s (%s)", ferry_last_error(), ferry_status_name(st));
+      row_fail(run, c, last, text);
+    }
+  }
+  c->q1 = c->q2 = FERRY_NULL_QUEUE;
 }
 
 /* ---- a device ---------------------------------------------------------------------- */
@@ -985,21 +1186,21 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
       for (int p = PATH_H2D; p <= PATH_D2H; p++)
         if (go[p]) {
           device_step(d, bench_paths[p].label, bytes);
-          run_device_path(run, &c, rows[p], plain[p].f, plain[p].verify);
+          run_device_path(run, &c, rows[p], plain[p].f, NULL, plain[p].verify);
         }
       if (go[PATH_H2D_PINNED] || go[PATH_D2H_PINNED]) {
         bool pinned = pinned_open(&c) == 0;
         if (go[PATH_H2D_PINNED]) {
           device_step(d, bench_paths[PATH_H2D_PINNED].label, bytes);
           if (pinned)
-            run_device_path(run, &c, rows[PATH_H2D_PINNED], f_h2d_pinned, vf_h2d_pinned);
+            run_device_path(run, &c, rows[PATH_H2D_PINNED], f_h2d_pinned, NULL, vf_h2d_pinned);
           else
             row_fail(run, &c, rows[PATH_H2D_PINNED], c.err);
         }
         if (go[PATH_D2H_PINNED]) {
           device_step(d, bench_paths[PATH_D2H_PINNED].label, bytes);
           if (pinned)
-            run_device_path(run, &c, rows[PATH_D2H_PINNED], f_d2h_pinned, vf_d2h_pinned);
+            run_device_path(run, &c, rows[PATH_D2H_PINNED], f_d2h_pinned, NULL, vf_d2h_pinned);
           else
             row_fail(run, &c, rows[PATH_D2H_PINNED], c.err);
         }
@@ -1017,6 +1218,7 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
         device_step(d, bench_paths[PATH_D2D].label, bytes);
         run_d2d(run, &c, rows[PATH_D2D]);
       }
+      if (go[PATH_ASYNC] || go[PATH_BOTH]) run_queues(run, &c, rows, go);
       ferry_free(c.a);
     }
     free(c.src);
@@ -1025,7 +1227,7 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
   }
   if (go[PATH_ALLOC]) {
     device_step(d, bench_paths[PATH_ALLOC].label, bytes);
-    run_device_path(run, &c, rows[PATH_ALLOC], f_alloc, verify_alloc);
+    run_device_path(run, &c, rows[PATH_ALLOC], f_alloc, NULL, verify_alloc);
   }
 }
 
@@ -1079,15 +1281,15 @@ void bench_measure_pair(bench_run *run, bench_pair *p) {
   way ways[2];
   int nways = 0;
   if (p->path == PATH_PEER && rb_from && rb_to && c.raw->peer) {
-    ways[nways++] = (way){r_peer, vr_peer, 0};
+    ways[nways++] = (way){r_peer, vr_peer, 0, NULL};
     snprintf(p->raw_call, sizeof p->raw_call, "%s", c.raw->peer_name ? c.raw->peer_name : "the driver's peer copy");
   } else if (p->path == PATH_CROSS && rb_from && rb_to) {
-    ways[nways++] = (way){r_cross, vr_cross, 0};
+    ways[nways++] = (way){r_cross, vr_cross, 0, NULL};
     cross_calls(&c, false, p->raw_call, sizeof p->raw_call);
     /* A second way where a device whose call is made has one. */
     bool second = to->info.zero_copy ? from->alt : from->info.zero_copy ? to->alt : from->alt || to->alt;
     if (second) {
-      ways[nways++] = (way){a_cross, va_cross, 1};
+      ways[nways++] = (way){a_cross, va_cross, 1, NULL};
       p->has_alt = true;
       cross_calls(&c, true, p->raw_call_alt, sizeof p->raw_call_alt);
     }
@@ -1132,7 +1334,7 @@ void bench_measure_pair(bench_run *run, bench_pair *p) {
         row_fail(run, &c, row, text);
       } else {
         way use[2] = {ways[0], ways[1]}; /* run_path drops a way that fails; the next size tries it again */
-        run_path(run, &c, row, f_d2d, vf_d2d, use, nways);
+        run_path(run, &c, row, f_d2d, NULL, vf_d2d, use, nways);
         ferry_free(c.a);
         ferry_free(c.b);
       }

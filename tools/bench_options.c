@@ -34,7 +34,8 @@ void bench_help(FILE *f) {
           "  --backend NAME    the devices of these backends (--backend cuda,opencl); with --device, the\n"
           "                    devices either names\n"
           "  --paths LIST      the rows to measure, a comma list of: h2d d2h h2d-pinned d2h-pinned host-ptr\n"
-          "                    zero-copy d2d alloc peer cross (also: pinned, sync, pairs). Default: all\n"
+          "                    zero-copy d2d async both alloc peer cross (also: pinned, sync, queues,\n"
+          "                    pairs). Default: all\n"
           "  --sizes SPEC      transfer sizes in bytes, with an optional K, M or G suffix (binary:\n"
           "                    1K = 1024). A:B means A, 4A, 16A, ... up to B (B itself only when it\n"
           "                    is A times a power of 4); A:B:F steps by the factor F instead (2..%d);\n"
@@ -76,6 +77,12 @@ void bench_help(FILE *f) {
              "                     against the raw h2d + d2h of the same bytes on an ordinary buffer\n"
              "  zero-copy sync     the same on a ferry_alloc_zero_copy buffer (host devices only)\n"
              "  d2d                ferry_device_to_device between two buffers of the device\n"
+             "  write_async        ferry_write_async from ordinary memory on a queue of the device: the\n"
+             "                     microseconds to submit one (the queue is synchronised after each sample,\n"
+             "                     untimed; a sample queues 64 MiB at most), against the driver's own\n"
+             "                     non-blocking write where it has one (OpenCL, CUDA)\n"
+             "  h2d+d2h 2q         ferry_write_async on one queue and ferry_read_async on a second at once,\n"
+             "                     both synchronised: GB/s both ways together (raw: two OpenCL queues)\n"
              "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
              "rows between two devices (every ordered pair measured; BENCH.md says which pairs):\n"
              "  peer A>B           ferry_device_to_device between two devices of one backend, against the\n"
@@ -354,7 +361,7 @@ static int parse_repeat(const char *s, bench_options *opt, char *err, size_t err
   return 0;
 }
 
-/* --paths: ids, labels, and the groups "pinned", "sync", "pairs". The first --paths
+/* --paths: ids, labels, and the groups "pinned", "sync", "queues", "pairs". The first --paths
  * replaces the default (all); a second one adds to it. */
 static int parse_paths(const char *spec, bench_options *opt, char *err, size_t err_size) {
   if (!opt->paths_given) memset(opt->paths, 0, sizeof opt->paths);
@@ -378,6 +385,7 @@ static int parse_paths(const char *spec, bench_options *opt, char *err, size_t e
       bench_path a, b;
     } groups[] = {{"pinned", PATH_H2D_PINNED, PATH_D2H_PINNED},
                   {"sync", PATH_HOST_PTR, PATH_ZERO_COPY},
+                  {"queues", PATH_ASYNC, PATH_BOTH},
                   {"pairs", PATH_PEER, PATH_CROSS},
                   {"alloc+free", PATH_ALLOC, PATH_ALLOC}};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)
@@ -389,7 +397,7 @@ static int parse_paths(const char *spec, bench_options *opt, char *err, size_t e
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k ? ", " : "", bench_paths[k].id);
       return fail(err, err_size,
                   "--paths %s: '%.*s' is not a path; the paths are %s (and the groups pinned, sync, "
-                  "pairs)",
+                  "queues, pairs)",
                   spec, (int)(len < 40 ? len : 40), p, list);
     }
     if (!comma) break;

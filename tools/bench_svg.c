@@ -2,8 +2,10 @@
  * `ferry bench --plot FILE.svg`: one row of panels per device (and one for the
  * copies between devices), each against the transfer size, both axes logarithmic:
  *
- *   bandwidth      GB/s of the copies (h2d, d2h, pinned, d2d; peer and cross)
- *   time per op    microseconds of what moves no bytes: alloc+free and the sync rows
+ *   bandwidth      GB/s of the copies (h2d, d2h, pinned, d2d, both ways on two queues;
+ *                  peer and cross)
+ *   time per op    microseconds of what moves no bytes: alloc+free and the sync rows;
+ *                  and of write_async's submissions
  *   ferry / raw    the ratio of every path, around a line at 1 (above: ferry is faster),
  *                  so that a ferry line hidden under its raw line still shows
  *
@@ -30,15 +32,18 @@
 
 typedef struct style {
   const char *colour;
-  const char *marker; /* circle, square, up, down, diamond, hexagon, star */
+  const char *marker; /* circle, square, up, down, diamond, hexagon, star, pentagon, cross */
 } style;
 
-/* Okabe-Ito colours (told apart with the common colour-vision deficiencies), and a marker shape each. */
+/* Okabe-Ito colours (told apart with the common colour-vision deficiencies), and a marker shape each;
+ * the queue rows take two of Paul Tol's muted colours (wine, olive), chosen under the same rule,
+ * as Okabe-Ito's last one (yellow) is too pale on white. */
 static const style styles[PATH_DEVICE_COUNT] = {
     [PATH_H2D] = {"#0072B2", "circle"},       [PATH_D2H] = {"#D55E00", "square"},
     [PATH_H2D_PINNED] = {"#56B4E9", "up"},    [PATH_D2H_PINNED] = {"#E69F00", "down"},
     [PATH_HOST_PTR] = {"#009E73", "diamond"}, [PATH_ZERO_COPY] = {"#CC79A7", "hexagon"},
-    [PATH_D2D] = {"#1f1f1f", "star"},         [PATH_ALLOC] = {"#8a8a8a", "circle"},
+    [PATH_D2D] = {"#1f1f1f", "star"},         [PATH_ASYNC] = {"#882255", "pentagon"},
+    [PATH_BOTH] = {"#999933", "cross"},       [PATH_ALLOC] = {"#8a8a8a", "circle"},
 };
 /* Copies between devices, one style per pair, in turn. */
 static const style pair_styles[] = {
@@ -100,6 +105,17 @@ static void marker(FILE *f, const char *shape, double x, double y, double r, con
       pts[n][0] = 1.1 * r * cos(BENCH_PI / 3 * n);
       pts[n][1] = 1.1 * r * sin(BENCH_PI / 3 * n);
     }
+  } else if (strcmp(shape, "pentagon") == 0) { /* point up */
+    for (n = 0; n < 5; n++) {
+      pts[n][0] = 1.2 * r * sin(2 * BENCH_PI / 5 * n);
+      pts[n][1] = -1.2 * r * cos(2 * BENCH_PI / 5 * n);
+    }
+  } else if (strcmp(shape, "cross") == 0) { /* a plus sign, arms a third of its width */
+    double a = 1.25 * r, b = 0.42 * r;
+    double q[12][2] = {{-b, -a}, {b, -a}, {b, -b}, {a, -b}, {a, b},   {b, b},
+                       {b, a},   {-b, a}, {-b, b}, {-a, b}, {-a, -b}, {-b, -b}};
+    memcpy(pts, q, sizeof q);
+    n = 12;
   } else { /* star */
     for (n = 0; n < 10; n++) {
       double rr = n % 2 ? 0.55 * r : 1.35 * r;

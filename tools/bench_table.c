@@ -259,10 +259,11 @@ static void capabilities(const bench_device *d, char *buf, size_t size) {
   }
 }
 
-/* "enqueue: h2d clEnqueueWriteBuffer+clFinish; d2h ...": the calls of one way, per path measured. */
-static void way_calls(const bench_run *run, const bench_device *d, int way, char *buf, size_t size) {
+/* "enqueue: h2d clEnqueueWriteBuffer+clFinish; d2h ...": the calls of one way, per path measured.
+ * False when the way has calls for none of them (a second way for alloc+free alone). */
+static bool way_calls(const bench_run *run, const bench_device *d, int way, char *buf, size_t size) {
   size_t used = (size_t)snprintf(buf, size, "%s:", bench_raw_tag(d->raw, way));
-  static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ALLOC};
+  static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ASYNC, PATH_BOTH, PATH_ALLOC};
   bool any = false;
   for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
     bench_path p = shown[k];
@@ -277,6 +278,7 @@ static void way_calls(const bench_run *run, const bench_device *d, int way, char
     used += (size_t)snprintf(buf + used, size - used, "%s %s %s", any ? ";" : "", bench_paths[p].label, call);
     any = true;
   }
+  return any;
 }
 
 void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
@@ -311,9 +313,11 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
 
   /* What the raw ways call. */
   if (d->raw) {
+    bool first = true;
     for (int way = 0; way < (d->alt ? 2 : 1); way++) {
-      way_calls(run, d, way, line, sizeof line);
-      wrapped(f, 2, way == 0 ? "raw ways:" : "", 9, line);
+      if (!way_calls(run, d, way, line, sizeof line)) continue;
+      wrapped(f, 2, first ? "raw ways:" : "", 9, line);
+      first = false;
     }
     if (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_D2H_PINNED] || run->opt.paths[PATH_HOST_PTR] ||
         run->opt.paths[PATH_ZERO_COPY])
@@ -449,7 +453,7 @@ void bench_print_legend(FILE *f, const bench_run *run) {
           "without ferry does on the same buffers (transfers only)");
   wrapped(f, 2, "us", 14,
           "the median time per operation, in microseconds: per transfer, per alloc+free, per h2d + d2h pair on "
-          "the sync rows");
+          "the sync rows, per submission on write_async, per pair of copies on h2d+d2h 2q");
   wrapped(f, 2, "+-", 14,
           "half the interquartile range (p75 - p25) / 2 of the time, relative to the median; blank for fewer "
           "than 5 samples");
