@@ -1,6 +1,7 @@
 /*
  * bench_queues: ferry's queues on each device against the driver's own
- * asynchronous calls, the figures `ferry bench` has no row for (docs/BENCH.md):
+ * asynchronous calls, in more detail than `ferry bench`'s write_async and
+ * h2d+d2h 2q rows (docs/BENCH.md) and with the figures those rows do not give:
  *
  *   submit     one ferry_write_async of 64 bytes from pinned memory: the time the
  *              call takes to return, beside cuMemcpyHtoDAsync on a stream (CUDA)
@@ -12,10 +13,14 @@
  *              (CUDA) and one direction alone
  *   elapsed    ferry_event_elapsed over a copy within the device, beside
  *              cuEventElapsedTime of events on the queue's own stream (CUDA)
+ *   idle       ferry_queue_synchronize of a queue with nothing pending
  *   sync64     ferry_write of 64 bytes from ordinary memory, beside cuMemcpyHtoD +
  *              cuCtxSynchronize (a raw call that completes)
  *
  *   bench_queues [--device N] [--bytes N] [--repeat N]   every device, or one
+ *   bench_queues --pair A,B [--bytes N] [--repeat N]      a write on device A's queue
+ *       and a read on device B's at once, against one after the other (PoCL and
+ *       lavapipe here: two backends' queues overlapping)
  *   bench_queues --fresh [--device N] [--bytes N]         one line: a fresh
  *       process's first pageable writes against its pinned write (run it in a
  *       loop: a cold first measurement must not be kept)
@@ -153,6 +158,7 @@ static void submit_cost(device_run *d) {
       OK(ferry_queue_native(q, &qn));
       void *raw_pinned;
       CU(d->raw.host_alloc(&raw_pinned, 4096));
+      memset(raw_pinned, 7, 4096); /* the same bytes as ferry's: the check below reads what was written last */
       cu_stream st = (cu_stream)qn.queue;
       t0 = bench_seconds();
       for (int i = 0; i < CALLS; i++)
@@ -361,6 +367,29 @@ static void elapsed(device_run *d) {
   OK(ferry_queue_destroy(q));
 }
 
+/* ferry_queue_synchronize of a queue with nothing pending (it has run work
+ * before, so its thread exists): what a program pays to make sure. */
+static void idle_sync(device_run *d) {
+  enum { CALLS = 20000 };
+  ferry_queue q;
+  ferry_buffer b;
+  unsigned char src[64] = {0};
+  OK(ferry_queue_create(d->dev, &q));
+  OK(ferry_alloc(d->dev, 64, FERRY_UINT8, &b));
+  OK(ferry_write_async(q, b, 0, src, sizeof src));
+  OK(ferry_queue_synchronize(q));
+  double f[64];
+  for (int s = 0; s < repeat; s++) {
+    double t0 = bench_seconds();
+    for (int i = 0; i < CALLS; i++)
+      OK(ferry_queue_synchronize(q));
+    f[s] = (bench_seconds() - t0) / CALLS;
+  }
+  printf("  idle queue_synchronize ferry %.3f us\n", bench_median(f, repeat) * 1e6);
+  OK(ferry_free(b));
+  OK(ferry_queue_destroy(q));
+}
+
 static void sync64(device_run *d) {
   enum { CALLS = 2000 };
   ferry_buffer b;
@@ -427,11 +456,64 @@ static void fresh(device_run *d) {
   OK(ferry_free(b));
 }
 
+/* A write of `bytes` from ordinary memory on a queue of device a and a read of
+ * `bytes` into ordinary memory on a queue of device b, submitted together (then
+ * both queues synchronised), against the same two one after the other; the
+ * rounds alternate the two ways so that drift hits both alike. */
+static void pair(size_t ia, size_t ib, size_t bytes) {
+  ferry_device *da, *db;
+  ferry_device_info a, b;
+  OK(ferry_device_get(ia, &da));
+  OK(ferry_device_get(ib, &db));
+  OK(ferry_device_info_get(da, &a));
+  OK(ferry_device_info_get(db, &b));
+  ferry_queue qa, qb;
+  ferry_buffer ba, bb;
+  OK(ferry_queue_create(da, &qa));
+  OK(ferry_queue_create(db, &qb));
+  OK(ferry_alloc(da, bytes, FERRY_UINT8, &ba));
+  OK(ferry_alloc(db, bytes, FERRY_UINT8, &bb));
+  unsigned char *src = malloc(bytes), *dst = malloc(bytes), *want = malloc(bytes);
+  if (!src || !dst || !want) FAIL("no host memory for three blocks of %zu bytes", bytes);
+  memset(want, 0x5a, bytes);
+  OK(ferry_write(bb, 0, want, bytes));
+  memset(src, 0xa5, bytes);
+  memset(dst, 0, bytes);
+  double apart[64], together[64];
+  for (int s = -1; s < repeat; s++) { /* round -1 warms both paths up */
+    double t0 = bench_seconds();
+    OK(ferry_write_async(qa, ba, 0, src, bytes));
+    OK(ferry_queue_synchronize(qa));
+    OK(ferry_read_async(qb, bb, 0, dst, bytes));
+    OK(ferry_queue_synchronize(qb));
+    double t1 = bench_seconds();
+    OK(ferry_write_async(qa, ba, 0, src, bytes));
+    OK(ferry_read_async(qb, bb, 0, dst, bytes));
+    OK(ferry_queue_synchronize(qa));
+    OK(ferry_queue_synchronize(qb));
+    double t2 = bench_seconds();
+    if (s >= 0) apart[s] = t1 - t0, together[s] = t2 - t1;
+  }
+  if (memcmp(dst, want, bytes) != 0) FAIL("pair: the read's bytes are wrong");
+  check_buffer(ba, src, bytes, "pair");
+  double x = bench_median(apart, repeat), y = bench_median(together, repeat);
+  printf("pair: write %zu MiB to device %zu (%s: %s) on one queue, read %zu MiB from device %zu (%s: %s) on "
+         "another, medians of %d\n",
+         bytes >> 20, ia, a.backend, a.name, bytes >> 20, ib, b.backend, b.name, repeat);
+  printf("  one after the other %.3f ms, together %.3f ms: together / apart %.3fx\n", x * 1e3, y * 1e3, y / x);
+  free(src), free(dst), free(want);
+  OK(ferry_free(ba));
+  OK(ferry_free(bb));
+  OK(ferry_queue_destroy(qa));
+  OK(ferry_queue_destroy(qb));
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   long device = -1;
   size_t bytes = (size_t)256 << 20;
-  bool fresh_mode = false;
+  bool fresh_mode = false, pair_mode = false;
+  size_t pair_a = 0, pair_b = 0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
       device = atol(argv[++i]);
@@ -441,14 +523,23 @@ int main(int argc, char **argv) {
       repeat = atoi(argv[++i]);
     else if (strcmp(argv[i], "--fresh") == 0)
       fresh_mode = true;
+    else if (strcmp(argv[i], "--pair") == 0 && i + 1 < argc && sscanf(argv[++i], "%zu,%zu", &pair_a, &pair_b) == 2)
+      pair_mode = true;
     else {
-      fprintf(stderr, "usage: bench_queues [--device N] [--bytes N] [--repeat N] [--fresh]\n");
+      fprintf(stderr, "usage: bench_queues [--device N] [--bytes N] [--repeat N] [--fresh] [--pair A,B]\n");
       return 2;
     }
   }
   if (repeat < 1 || repeat > 64) repeat = 7;
   OK(ferry_init());
   size_t count = ferry_device_count();
+  if (pair_mode) {
+    if (pair_a >= count || pair_b >= count || pair_a == pair_b)
+      FAIL("--pair %zu,%zu: two different devices of the %zu present", pair_a, pair_b, count);
+    pair(pair_a, pair_b, bytes);
+    ferry_shutdown();
+    return 0;
+  }
   for (size_t i = 0; i < count; i++) {
     if (device >= 0 && (size_t)device != i) continue;
     device_run d = {.bytes = bytes};
@@ -464,6 +555,7 @@ int main(int argc, char **argv) {
     }
     printf("device %zu (%s: %s), %zu MiB, medians of %d\n", i, d.info.backend, d.info.name, d.bytes >> 20, repeat);
     submit_cost(&d);
+    idle_sync(&d);
     sync64(&d);
     pageable_async(&d);
     bidir(&d, true);
