@@ -132,7 +132,9 @@ static void note_failure(ferry_queue_obj *q, q_entry *e, ferry_status st) {
 static bool entry_complete(ferry_queue_obj *q, q_entry *e) {
   if (!e->host_done || e->needs_witness) return false;
   if (!e->ticket || e->ticket_done) return true;
-  if (q->waiting && q->head == e) return false; /* a thread waits for it; it retires it */
+  /* A thread waits for its ticket outside the lock, and retires it: retired here,
+   * the ticket would be released while that thread's driver call still uses it. */
+  if (q->waiting && q->waited == e) return false;
   ferry_status st = ferry__ticket_poll(q->dev, e->ticket);
   if (st == FERRY_NOT_READY) return false;
   e->ticket_done = true;
@@ -360,11 +362,13 @@ static void wait_step_locked(ferry_queue_obj *q) {
     }
   }
   q->waiting = true;
+  q->waited = e;
   ferry_ticket t = e->ticket;
   pthread_mutex_unlock(&q->lock);
   ferry_status st = q->dev->ops->ticket_wait(q->dev, t);
   pthread_mutex_lock(&q->lock);
   q->waiting = false;
+  q->waited = NULL;
   e->ticket_done = true;
   if (st != FERRY_OK) note_failure(q, e, st);
   pthread_cond_broadcast(&q->changed);

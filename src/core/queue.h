@@ -53,7 +53,8 @@ struct ferry_queue_obj {
   _Atomic bool failing;        /* a failure not yet reported (read without the lock by the synchronous calls) */
   unsigned ticketless;         /* direct entries in a row without a ticket */
   bool device_work;            /* work pushed on the lane since the last host part began */
-  bool waiting;                /* a thread waits for a ticket of the head outside the lock */
+  bool waiting;                /* a thread waits for a ticket outside the lock: `waited`'s */
+  struct q_entry *waited;      /* the entry whose ticket it waits for (the head, or a ticketless run's witness) */
   unsigned host_queued;        /* host parts not yet done */
   /* The first failure not yet reported. */
   ferry_status fail_status;
