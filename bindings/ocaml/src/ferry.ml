@@ -16,6 +16,9 @@ type status =
   | Out_of_memory
   | No_device
   | Backend
+  | Not_ready
+  | Stale_handle
+  | Cancelled
 
 (* The stubs raise it by this name, with the status as FERRY_ERROR_... - 1. *)
 exception Error of status * string
@@ -34,6 +37,9 @@ let string_of_status = function
   | Out_of_memory -> "Out_of_memory"
   | No_device -> "No_device"
   | Backend -> "Backend"
+  | Not_ready -> "Not_ready"
+  | Stale_handle -> "Stale_handle"
+  | Cancelled -> "Cancelled"
 
 let () =
   Printexc.register_printer (function
@@ -114,6 +120,187 @@ module type REFUSAL = sig
   val of_ferry : host_ptr_refusal -> t
 end
 
+(* ---- streams and events -------------------------------------------------- *)
+
+(* Whatever an asynchronous operation must keep alive until it has completed:
+   its Bigarray and its buffer record (which references the array a zero-copy or
+   host-pointer buffer is over). *)
+type root = Root : 'a -> root
+
+(* A stream's pending roots, newest first: strictly decreasing [seq]. A node is
+   added right after its operation was submitted, and dropped only by a call
+   that saw every operation submitted before it complete (a synchronize of the
+   stream, of an event recorded on it, its destroy, its finaliser). *)
+type cell = Nil | Cell of node
+and node = { mutable seq : int; root : root; mutable next : cell }
+
+type stream = {
+  qid : int64; (* field 0: the ferry_queue handle, read by the stubs *)
+  is_default : bool;
+  stream_session : int;
+  mutable destroyed : bool;
+  mutable next_seq : int; (* the seq of the next operation's node *)
+  mutable pending : cell;
+}
+
+module Stream = struct
+  type t = stream
+
+  external c_create : Device.t -> int64 = "ferry_ml_queue_create"
+  external c_default : Device.t -> int64 = "ferry_ml_queue_default"
+  external c_destroy : t -> unit = "ferry_ml_queue_destroy"
+  external c_destroy_quietly : t -> unit = "ferry_ml_queue_destroy_quietly"
+  external c_synchronize : t -> unit = "ferry_ml_queue_synchronize"
+  external c_synchronize_quietly : t -> unit = "ferry_ml_queue_synchronize_quietly"
+
+  let live s = (not s.destroyed) && s.stream_session = !session
+
+  let check_live fn s =
+    if s.destroyed then fail Stale_handle "%s: the stream (queue %Lu) was destroyed" fn s.qid
+    else if s.stream_session <> !session then
+      fail Stale_handle "%s: the stream (queue %Lu) was released by Ferry.shutdown" fn s.qid
+
+  (* Roots [root] on [s]; called after the submission returned. Both blocks are
+     allocated first; what follows allocates nothing and calls nothing, so no
+     other thread runs in the middle of it. *)
+  let keep s root =
+    let n = { seq = 0; root; next = Nil } in
+    let c = Cell n in
+    n.seq <- s.next_seq;
+    s.next_seq <- n.seq + 1;
+    n.next <- s.pending;
+    s.pending <- c
+
+  (* Drops the roots of the operations numbered below [upto], which a call that
+     read [upto] before it started has seen complete. Nodes added meanwhile sit
+     in front and are kept. *)
+  let release s upto =
+    match s.pending with
+    | Nil -> ()
+    | Cell n when n.seq < upto -> s.pending <- Nil
+    | Cell n ->
+        let rec cut n =
+          match n.next with Nil -> () | Cell m -> if m.seq < upto then n.next <- Nil else cut m
+        in
+        cut n
+
+  (* A stream dropped by the program: ferry_queue_destroy waits for its work,
+     and only then are its roots let go (Gc.finalise keeps the record, and so
+     its roots, alive while this runs). A default stream is not destroyed; its
+     work is waited for when something is still rooted. Never raises. *)
+  let finalise s =
+    if live s then begin
+      if not s.is_default then begin
+        s.destroyed <- true;
+        try c_destroy_quietly s with _ -> ()
+      end
+      else match s.pending with Nil -> () | Cell _ -> ( try c_synchronize_quietly s with _ -> ())
+    end;
+    s.pending <- Nil
+
+  let make qid ~is_default =
+    let s = { qid; is_default; stream_session = !session; destroyed = false; next_seq = 0; pending = Nil } in
+    Gc.finalise finalise s;
+    s
+
+  let create dev = make (c_create dev) ~is_default:false
+
+  (* One value per device and session, as the C handle is the same every time. *)
+  let defaults : (Device.t, t) Hashtbl.t = Hashtbl.create 8
+
+  let default dev =
+    match Hashtbl.find_opt defaults dev with
+    | Some s when s.stream_session = !session -> s
+    | _ ->
+        let s = make (c_default dev) ~is_default:true in
+        Hashtbl.replace defaults dev s;
+        s
+
+  (* Waited for: its work, failed or not (a stale handle was not waited for). *)
+  let waited = function Error ((Stale_handle | Invalid_argument), _) -> false | _ -> true
+
+  let synchronize s =
+    check_live "Stream.synchronize" s;
+    let upto = s.next_seq in
+    match c_synchronize s with
+    | () -> release s upto
+    | exception e ->
+        if waited e then release s upto;
+        raise e
+
+  let destroy s =
+    if (not s.is_default) && live s then begin
+      s.destroyed <- true;
+      let upto = s.next_seq in
+      match c_destroy s with
+      | () -> release s upto
+      | exception e ->
+          release s upto;
+          raise e
+    end
+end
+
+module Event = struct
+  type t = {
+    eid : int64; (* field 0: the ferry_event handle, read by the stubs *)
+    event_session : int;
+    mutable event_destroyed : bool;
+    mutable recorded : (stream * int) option; (* the stream, and the seq of its next operation then *)
+  }
+
+  external c_create : unit -> int64 = "ferry_ml_event_create"
+  external c_destroy : t -> unit = "ferry_ml_event_destroy"
+  external c_destroy_quietly : t -> unit = "ferry_ml_event_destroy_quietly"
+  external c_record : t -> stream -> unit = "ferry_ml_event_record"
+  external c_synchronize : t -> unit = "ferry_ml_event_synchronize"
+  external c_elapsed : t -> t -> float = "ferry_ml_event_elapsed"
+
+  let live e = (not e.event_destroyed) && e.event_session = !session
+
+  let check_live fn e =
+    if e.event_destroyed then fail Stale_handle "%s: the event (handle %Lu) was destroyed" fn e.eid
+    else if e.event_session <> !session then
+      fail Stale_handle "%s: the event (handle %Lu) was released by Ferry.shutdown" fn e.eid
+
+  let finalise e =
+    if live e then begin
+      e.event_destroyed <- true;
+      try c_destroy_quietly e with _ -> ()
+    end
+
+  let create () =
+    let e = { eid = c_create (); event_session = !session; event_destroyed = false; recorded = None } in
+    Gc.finalise finalise e;
+    e
+
+  let destroy e =
+    if live e then begin
+      e.event_destroyed <- true;
+      e.recorded <- None;
+      c_destroy e
+    end
+
+  let record e s =
+    check_live "Event.record" e;
+    Stream.check_live "Event.record" s;
+    let upto = s.next_seq in
+    c_record e s;
+    e.recorded <- Some (s, upto)
+
+  (* Once the capture has completed, the roots of the operations it covers go;
+     if the event was recorded again meanwhile, nothing is released. *)
+  let synchronize e =
+    check_live "Event.synchronize" e;
+    let r = e.recorded in
+    c_synchronize e;
+    match r with Some (s, upto) when e.recorded == r -> Stream.release s upto | _ -> ()
+
+  let elapsed ~start ~stop =
+    check_live "Event.elapsed" start;
+    check_live "Event.elapsed" stop;
+    c_elapsed start stop
+end
+
 (* One implementation, over Ferry's own types; Make_memory and Memory are thin
    views of it. *)
 module Buffer = struct
@@ -167,6 +354,33 @@ module Buffer = struct
     = "ferry_ml_device_to_host_ptr"
 
   external device_to_device : src:'a t -> dst:'a t -> unit = "ferry_ml_device_to_device"
+
+  (* Submit, after the checks of the synchronous transfers (in the stubs, which
+     raise before anything is submitted); the caller roots the arguments. *)
+  external c_write_async : stream -> ('a, 'b, Bigarray.c_layout) Bigarray.Array1.t -> 'a t -> unit
+    = "ferry_ml_write_async"
+
+  external c_read_async : stream -> 'a t -> ('a, 'b, Bigarray.c_layout) Bigarray.Array1.t -> unit
+    = "ferry_ml_read_async"
+
+  external c_copy_async : stream -> 'a t -> 'a t -> unit = "ferry_ml_copy_async"
+
+  (* The arguments are live values of these functions until [keep] has rooted
+     them on the stream. *)
+  let host_to_device_async ~stream ~src ~dst =
+    Stream.check_live "Memory.host_to_device_async" stream;
+    c_write_async stream src dst;
+    Stream.keep stream (Root (src, dst))
+
+  let device_to_host_async ~stream ~src ~dst =
+    Stream.check_live "Memory.device_to_host_async" stream;
+    c_read_async stream src dst;
+    Stream.keep stream (Root (src, dst))
+
+  let device_to_device_async ~stream ~src ~dst =
+    Stream.check_live "Memory.device_to_device_async" stream;
+    c_copy_async stream src dst;
+    Stream.keep stream (Root (src, dst))
   external c_device_ptr : 'a t -> nativeint = "ferry_ml_device_ptr"
   external c_is_zero_copy : 'a t -> bool = "ferry_ml_is_zero_copy"
 
@@ -266,9 +480,22 @@ module Make_memory (D : DEVICE) (R : REFUSAL) = struct
   let host_ptr_to_device = Buffer.host_ptr_to_device
   let device_to_host_ptr = Buffer.device_to_host_ptr
   let device_to_device = Buffer.device_to_device
+  let host_to_device_async = Buffer.host_to_device_async
+  let device_to_host_async = Buffer.device_to_host_async
+  let device_to_device_async = Buffer.device_to_device_async
   let size = Buffer.size
   let device_ptr = Buffer.device_ptr
   let is_zero_copy = Buffer.is_zero_copy
+end
+
+module Make_stream (D : DEVICE) = struct
+  type t = Stream.t
+
+  let create d = Stream.create (D.ferry_device d)
+  let destroy = Stream.destroy
+  let synchronize = Stream.synchronize
+  let default d = Stream.default (D.ferry_device d)
+  let ferry_stream s = s
 end
 
 (* Make_memory applied to the identity on both, written out so that calls to
@@ -287,6 +514,9 @@ module Memory = struct
   let host_ptr_to_device = Buffer.host_ptr_to_device
   let device_to_host_ptr = Buffer.device_to_host_ptr
   let device_to_device = Buffer.device_to_device
+  let host_to_device_async = Buffer.host_to_device_async
+  let device_to_host_async = Buffer.device_to_host_async
+  let device_to_device_async = Buffer.device_to_device_async
   let size = Buffer.size
   let device_ptr = Buffer.device_ptr
   let is_zero_copy = Buffer.is_zero_copy

@@ -5,12 +5,15 @@
     for letter, over libferry: typed buffers, zero-copy and host-pointer buffers,
     synchronous transfers, device-to-device copies across devices and backends.
     [Ferry.Make_memory] gives the same signature over a framework's own device and
-    refusal types. docs/OCAML.md in the repository tells the whole story; the C
+    refusal types. [Ferry.Stream], [Ferry.Event] and the [_async] transfers
+    give asynchronous work on ferry's queues ([Ferry.Make_stream] over a
+    framework's device type). docs/OCAML.md in the repository tells the whole story; the C
     contract behind every function is include/ferry.h. *)
 
 (** {1 Errors} *)
 
-(** The C library's statuses (FERRY_ERROR_...), one constructor each. *)
+(** The C library's statuses (FERRY_ERROR_..., FERRY_NOT_READY), one
+    constructor each, in the C order. *)
 type status =
   | Invalid_argument
   | Overflow
@@ -23,6 +26,9 @@ type status =
   | Out_of_memory
   | No_device
   | Backend
+  | Not_ready  (** {!Event.elapsed} of events whose work has not completed *)
+  | Stale_handle  (** a stream or event that was destroyed, or is from before {!shutdown} *)
+  | Cancelled  (** not run: an earlier operation on the same stream failed *)
 
 (** Every ferry failure the seed's types have no room for: the status and
     ferry's sentence about it, with the numbers (sizes, kinds, device, driver
@@ -123,6 +129,64 @@ module Device : sig
   val synchronize : t -> unit
 end
 
+(** {1 Streams and events} *)
+
+(** A stream (a ferry queue) runs the operations submitted to it in order, and
+    streams run independently of each other: a CUDA stream, an in-order OpenCL
+    command queue, a chain of Vulkan submissions, a thread of ferry's on native
+    and checked. The asynchronous transfers ([Memory.host_to_device_async] and
+    the others) are submitted to one. A failure of submitted work raises
+    {!Error} from the next [synchronize] that sees it (of the stream, or of an
+    event recorded on it after the work), or from {!Stream.destroy}. *)
+module Stream : sig
+  type t
+
+  (** A new stream of the device, with a native queue of its own. *)
+  val create : Device.t -> t
+
+  (** Waits for the stream's work, then releases it; later use raises
+      [Error (Stale_handle, _)]. A second [destroy] is a no-op, as is [destroy]
+      of a default stream. Raises {!Error} when the stream's work failed (it is
+      released all the same). Releases the runtime lock. A stream the program
+      drops without [destroy] is destroyed by a finaliser (which waits for its
+      work and never raises). *)
+  val destroy : t -> unit
+
+  (** Waits until every operation submitted to the stream has completed; raises
+      {!Error} when one of them failed. Releases the runtime lock. *)
+  val synchronize : t -> unit
+
+  (** The device's own stream: the same value every time (for one ferry
+      session). The synchronous transfers wait for its work first. *)
+  val default : Device.t -> t
+end
+
+(** An event captures the work submitted to a stream so far. *)
+module Event : sig
+  type t
+
+  (** An event recorded nowhere yet (complete). *)
+  val create : unit -> t
+
+  (** Releases the event; a second [destroy] is a no-op. An event the program
+      drops is released by a finaliser. *)
+  val destroy : t -> unit
+
+  (** [record e s] captures all the work submitted to [s] so far; recording
+      again replaces the capture (on any stream of any device). *)
+  val record : t -> Stream.t -> unit
+
+  (** Waits until the captured work has completed; raises {!Error} when it
+      failed. Releases the runtime lock. *)
+  val synchronize : t -> unit
+
+  (** Milliseconds from [start]'s completion to [stop]'s, both recorded on
+      streams of one device and complete. [Error (Not_ready, _)] while one is
+      not complete, [Error (Invalid_argument, _)] if either was never recorded
+      or they were recorded on different devices. *)
+  val elapsed : start:t -> stop:t -> float
+end
+
 (** {1 Memory} *)
 
 (** How a framework's device names its ferry device. *)
@@ -192,6 +256,23 @@ module Make_memory (D : DEVICE) (R : REFUSAL) : sig
 
   val device_to_device : src:'a buffer -> dst:'a buffer -> unit
 
+  (** Asynchronous transfers on [stream], with the checks of the synchronous
+      ones made at the call (a wrong length or kind, a freed buffer, a stream
+      of another device raise before anything is submitted). They return
+      without waiting for the bytes, and keep [src] and [dst] (and the arrays
+      buffers are over) alive until the operation has completed, whatever the
+      program drops meanwhile. The array must not be touched until then (for
+      [device_to_host_async], not read either): wait with
+      {!Stream.synchronize} or {!Event.synchronize}. [device_to_device_async]
+      takes a stream of the source's or the destination's device. *)
+  val host_to_device_async :
+    stream:Stream.t -> src:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> dst:'a buffer -> unit
+
+  val device_to_host_async :
+    stream:Stream.t -> src:'a buffer -> dst:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> unit
+
+  val device_to_device_async : stream:Stream.t -> src:'a buffer -> dst:'a buffer -> unit
+
   (** The element count. *)
   val size : 'a buffer -> int
 
@@ -239,10 +320,40 @@ module Memory : sig
 
   val device_to_device : src:'a buffer -> dst:'a buffer -> unit
 
+  (** Asynchronous transfers on [stream], with the checks of the synchronous
+      ones made at the call (a wrong length or kind, a freed buffer, a stream
+      of another device raise before anything is submitted). They return
+      without waiting for the bytes, and keep [src] and [dst] (and the arrays
+      buffers are over) alive until the operation has completed, whatever the
+      program drops meanwhile. The array must not be touched until then (for
+      [device_to_host_async], not read either): wait with
+      {!Stream.synchronize} or {!Event.synchronize}. [device_to_device_async]
+      takes a stream of the source's or the destination's device. *)
+  val host_to_device_async :
+    stream:Stream.t -> src:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> dst:'a buffer -> unit
+
+  val device_to_host_async :
+    stream:Stream.t -> src:'a buffer -> dst:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> unit
+
+  val device_to_device_async : stream:Stream.t -> src:'a buffer -> dst:'a buffer -> unit
+
   val size : 'a buffer -> int
 
   val device_ptr : 'a buffer -> nativeint
 
   (** Check if buffer uses zero-copy (no transfers needed) *)
   val is_zero_copy : 'a buffer -> bool
+end
+
+(** Streams over a framework's own device type, as {!Make_memory} is:
+    [D.ferry_device] names the ferry device. [ferry_stream] is the {!Stream.t}
+    the asynchronous transfers take. *)
+module Make_stream (D : DEVICE) : sig
+  type t
+
+  val create : D.t -> t
+  val destroy : t -> unit
+  val synchronize : t -> unit
+  val default : D.t -> t
+  val ferry_stream : t -> Stream.t
 end

@@ -34,13 +34,13 @@
 /* ---- errors ---------------------------------------------------------------- */
 
 /* Raises Ferry.Error (status, text). Ferry.status lists FERRY_ERROR_INVALID_ARGUMENT
- * .. FERRY_ERROR_BACKEND in the C order, so a status is its constructor + 1. */
+ * .. FERRY_ERROR_CANCELLED in the C order, so a status is its constructor + 1. */
 static _Noreturn void raise_text(ferry_status st, const char *text) {
   CAMLparam0();
   CAMLlocal1(msg);
   const value *exn = caml_named_value("ferry.error");
   int index =
-      (st >= FERRY_ERROR_INVALID_ARGUMENT && st <= FERRY_ERROR_BACKEND) ? (int)st - 1 : (int)FERRY_ERROR_BACKEND - 1;
+      (st >= FERRY_ERROR_INVALID_ARGUMENT && st <= FERRY_ERROR_CANCELLED) ? (int)st - 1 : (int)FERRY_ERROR_BACKEND - 1;
   msg = caml_copy_string(text);
   if (!exn) caml_failwith(text); /* Ferry registers it when it is linked: never here */
   value args[2] = {Val_int(index), msg};
@@ -399,6 +399,192 @@ CAMLprim value ferry_ml_device_to_device(value vsrc, value vdst) {
   caml_release_runtime_system();
   ferry_status st = ferry_device_to_device(src, dst);
   caml_acquire_runtime_system();
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+/* ---- queues and events ---------------------------------------------------- */
+
+/* Ferry's stream and event records have their 64-bit handle (a boxed int64) as
+ * field 0. What an asynchronous operation must keep alive (its arrays and buffer
+ * records) is rooted by the OCaml side, in the stream's list of pending roots,
+ * right after the submission returns; during the submission the arguments are
+ * registered here. */
+static ferry_queue queue_of(value vs) { return (ferry_queue){(uint64_t)Int64_val(Field(vs, 0))}; }
+static ferry_event event_of(value ve) { return (ferry_event){(uint64_t)Int64_val(Field(ve, 0))}; }
+
+CAMLprim value ferry_ml_queue_create(value vindex) {
+  ferry_device *dev = device_of(vindex);
+  ferry_queue q;
+  caml_release_runtime_system();
+  ferry_status st = ferry_queue_create(dev, &q);
+  caml_acquire_runtime_system();
+  if (st != FERRY_OK) raise_status(st);
+  return caml_copy_int64((int64_t)q.id);
+}
+
+CAMLprim value ferry_ml_queue_default(value vindex) {
+  ferry_device *dev = device_of(vindex);
+  ferry_queue q;
+  ferry_status st = ferry_queue_default(dev, &q);
+  if (st != FERRY_OK) raise_status(st);
+  return caml_copy_int64((int64_t)q.id);
+}
+
+/* Each blocking call reads its handle before releasing the runtime lock (the
+ * record may move once other threads run). */
+static ferry_status queue_destroy(value vs) {
+  ferry_queue q = queue_of(vs);
+  caml_release_runtime_system();
+  ferry_status st = ferry_queue_destroy(q);
+  caml_acquire_runtime_system();
+  return st;
+}
+
+CAMLprim value ferry_ml_queue_destroy(value vs) {
+  CAMLparam1(vs);
+  ferry_status st = queue_destroy(vs);
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+/* The finaliser's destroy: never raises (there is nobody to tell). */
+CAMLprim value ferry_ml_queue_destroy_quietly(value vs) {
+  CAMLparam1(vs);
+  queue_destroy(vs);
+  CAMLreturn(Val_unit);
+}
+
+static ferry_status queue_synchronize(value vs) {
+  ferry_queue q = queue_of(vs);
+  caml_release_runtime_system();
+  ferry_status st = ferry_queue_synchronize(q);
+  caml_acquire_runtime_system();
+  return st;
+}
+
+CAMLprim value ferry_ml_queue_synchronize(value vs) {
+  CAMLparam1(vs);
+  ferry_status st = queue_synchronize(vs);
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value ferry_ml_queue_synchronize_quietly(value vs) {
+  CAMLparam1(vs);
+  queue_synchronize(vs);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value ferry_ml_event_create(value unit) {
+  (void)unit;
+  ferry_event e;
+  ferry_status st = ferry_event_create(&e);
+  if (st != FERRY_OK) raise_status(st);
+  return caml_copy_int64((int64_t)e.id);
+}
+
+CAMLprim value ferry_ml_event_destroy(value ve) {
+  ferry_status st = ferry_event_destroy(event_of(ve));
+  if (st != FERRY_OK && st != FERRY_ERROR_STALE_HANDLE) raise_status(st);
+  return Val_unit;
+}
+
+CAMLprim value ferry_ml_event_destroy_quietly(value ve) {
+  ferry_event_destroy(event_of(ve));
+  return Val_unit;
+}
+
+CAMLprim value ferry_ml_event_record(value ve, value vs) {
+  ferry_status st = ferry_event_record(event_of(ve), queue_of(vs));
+  if (st != FERRY_OK) raise_status(st);
+  return Val_unit;
+}
+
+CAMLprim value ferry_ml_event_synchronize(value ve) {
+  CAMLparam1(ve);
+  ferry_event e = event_of(ve);
+  caml_release_runtime_system();
+  ferry_status st = ferry_event_synchronize(e);
+  caml_acquire_runtime_system();
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value ferry_ml_event_elapsed(value vstart, value vstop) {
+  double ms = 0;
+  ferry_status st = ferry_event_elapsed(event_of(vstart), event_of(vstop), &ms);
+  if (st != FERRY_OK) raise_status(st);
+  return caml_copy_double(ms);
+}
+
+/* The checks of the synchronous transfers, made before anything is submitted:
+ * the async calls of the C API check byte ranges only, the binding's transfers
+ * are exact (length and kind). A stale buffer (elem_size 0) is left to ferry,
+ * whose submission reports it. */
+static size_t async_array_bytes(const char *fn, ferry_array a, ferry_buffer b) {
+  size_t elem = ferry_elem_size(b);
+  if (elem == 0) return 0;
+  ferry_kind kind = ferry_buffer_kind(b);
+  if (kind != a.kind) {
+    char text[256];
+    snprintf(text, sizeof text, "%s: the buffer holds %s, the array is a %s Bigarray", fn,
+             kind == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(kind), ferry_kind_name(a.kind));
+    raise_text(FERRY_ERROR_KIND_MISMATCH, text);
+  }
+  size_t n = ferry_size(b);
+  if (n != a.length) {
+    char text[256];
+    snprintf(text, sizeof text, "%s: the array has %zu elements, the buffer %zu", fn, a.length, n);
+    raise_text(FERRY_ERROR_SIZE_MISMATCH, text);
+  }
+  return a.length * ferry_kind_size(a.kind);
+}
+
+CAMLprim value ferry_ml_write_async(value vs, value vsrc, value vdst) {
+  CAMLparam3(vs, vsrc, vdst);
+  const char *fn = "Memory.host_to_device_async";
+  ferry_array src = array_of(vsrc, fn);
+  ferry_buffer dst = buffer_of(vdst);
+  size_t bytes = async_array_bytes(fn, src, dst);
+  ferry_status st = ferry_write_async(queue_of(vs), dst, 0, src.data, bytes);
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value ferry_ml_read_async(value vs, value vsrc, value vdst) {
+  CAMLparam3(vs, vsrc, vdst);
+  const char *fn = "Memory.device_to_host_async";
+  ferry_buffer src = buffer_of(vsrc);
+  ferry_array dst = array_of(vdst, fn);
+  size_t bytes = async_array_bytes(fn, dst, src);
+  ferry_status st = ferry_read_async(queue_of(vs), src, 0, dst.data, bytes);
+  if (st != FERRY_OK) raise_status(st);
+  CAMLreturn(Val_unit);
+}
+
+CAMLprim value ferry_ml_copy_async(value vs, value vsrc, value vdst) {
+  CAMLparam3(vs, vsrc, vdst);
+  const char *fn = "Memory.device_to_device_async";
+  ferry_buffer src = buffer_of(vsrc), dst = buffer_of(vdst);
+  size_t es = ferry_elem_size(src), ed = ferry_elem_size(dst), bytes = 0;
+  if (es != 0 && ed != 0) {
+    ferry_kind ks = ferry_buffer_kind(src), kd = ferry_buffer_kind(dst);
+    char text[256];
+    if (ks != kd || es != ed) {
+      snprintf(text, sizeof text, "%s: the source holds %s (%zu bytes each), the destination %s (%zu bytes each)", fn,
+               ks == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(ks), es,
+               kd == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(kd), ed);
+      raise_text(FERRY_ERROR_KIND_MISMATCH, text);
+    }
+    size_t ns = ferry_size(src), nd = ferry_size(dst);
+    if (ns != nd) {
+      snprintf(text, sizeof text, "%s: the source has %zu elements, the destination %zu", fn, ns, nd);
+      raise_text(FERRY_ERROR_SIZE_MISMATCH, text);
+    }
+    bytes = ns * es;
+  }
+  ferry_status st = ferry_copy_async(queue_of(vs), src, 0, dst, 0, bytes);
   if (st != FERRY_OK) raise_status(st);
   CAMLreturn(Val_unit);
 }

@@ -73,6 +73,60 @@ module Ferry_seed =
 
 module _ : Ferry_seed.MEMORY = Ferry.Memory
 
+(* The framework's Stream and Event, and the asynchronous transfers beside
+   Memory's synchronous ones, letter for letter as docs/OCAML.md gives them. *)
+module Async
+    (Device : sig
+      type t
+    end)
+    (Stream_ty : sig
+      type t
+    end) =
+struct
+  module type STREAM = sig
+    type t
+
+    val create : Device.t -> t
+    val destroy : t -> unit
+    val synchronize : t -> unit
+    val default : Device.t -> t
+  end
+
+  module type EVENT = sig
+    type t
+
+    val create : unit -> t
+    val destroy : t -> unit
+    val record : t -> Stream_ty.t -> unit
+    val synchronize : t -> unit
+    val elapsed : start:t -> stop:t -> float
+  end
+
+  module type MEMORY_ASYNC = sig
+    type 'a buffer
+
+    val host_to_device_async :
+      stream:Stream_ty.t -> src:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> dst:'a buffer -> unit
+
+    val device_to_host_async :
+      stream:Stream_ty.t -> src:'a buffer -> dst:('a, 'b, Stdlib.Bigarray.c_layout) Stdlib.Bigarray.Array1.t -> unit
+
+    val device_to_device_async : stream:Stream_ty.t -> src:'a buffer -> dst:'a buffer -> unit
+  end
+
+  module type MAKE_STREAM = sig
+    include STREAM
+
+    val ferry_stream : t -> Stream_ty.t
+  end
+end
+
+module Ferry_async = Async (Ferry.Device) (Ferry.Stream)
+
+module _ : Ferry_async.STREAM with type t = Ferry.Stream.t = Ferry.Stream
+module _ : Ferry_async.EVENT = Ferry.Event
+module _ : Ferry_async.MEMORY_ASYNC = Ferry.Memory
+
 (* A framework's backend: its own device record and its own refusal variant. *)
 module Framework = struct
   module Device = struct
@@ -115,4 +169,10 @@ module Framework = struct
       end)
 
   module _ : Seed_here.MEMORY = Memory
+
+  module Stream = Ferry.Make_stream (Device)
+  module Async_here = Async (Device) (Ferry.Stream)
+
+  module _ : Async_here.MAKE_STREAM = Stream
+  module _ : Async_here.MEMORY_ASYNC = Memory
 end

@@ -421,6 +421,151 @@ let compaction dev =
     M.free orphan
   end
 
+(* ---- streams and events ------------------------------------------------- *)
+
+module S = Ferry.Stream
+module E = Ferry.Event
+
+let ints seed n = filled int32 (fun s i -> Int32.of_int ((i * 7919) lxor s)) seed n
+
+(* Work submitted to a stream, its arrays dropped, and the heap compacted and
+   reused before the work is waited for: only the stream keeps them alive. *)
+let submit_dropped stream dst seed n =
+  M.host_to_device_async ~stream ~src:(ints seed n) ~dst
+
+let streams dev =
+  section dev "streams";
+  let n = 4099 in
+  let s = S.create dev in
+  let a = ints 1 n in
+  let b1 = M.alloc dev n int32 and b2 = M.alloc dev n int32 in
+  (* In order on one stream: write, copy, read back. *)
+  let back = Array1.create int32 c_layout n in
+  Array1.fill back 0l;
+  M.host_to_device_async ~stream:s ~src:a ~dst:b1;
+  M.device_to_device_async ~stream:s ~src:b1 ~dst:b2;
+  M.device_to_host_async ~stream:s ~src:b2 ~dst:back;
+  S.synchronize s;
+  check (back = a) "write, copy, read on one stream: the bytes read back differ";
+  (* The source array dropped at the call, while another thread compacts. *)
+  let stop = ref false in
+  let compactor =
+    Thread.create
+      (fun () ->
+        while not !stop do
+          Gc.compact ();
+          Thread.yield ()
+        done)
+      ()
+  in
+  for r = 2 to 4 do
+    submit_dropped s b1 r n;
+    Gc.compact ();
+    let reuse = List.init 4 (fun k -> ints (100 + k) n) in
+    S.synchronize s;
+    M.device_to_host ~src:b1 ~dst:back;
+    check (back = ints r n) "round %d: a dropped source array did not reach the buffer intact" r;
+    ignore (Sys.opaque_identity reuse)
+  done;
+  stop := true;
+  Thread.join compactor;
+  (* Checks raise at the call, and nothing is submitted. *)
+  let text = expect_error Ferry.Size_mismatch "host_to_device_async of a shorter array" (fun () ->
+      M.host_to_device_async ~stream:s ~src:(ints 9 (n - 1)) ~dst:b1)
+  in
+  check (contains text (string_of_int (n - 1))) "the sentence has the length: %S" text;
+  ignore (expect_error Ferry.Kind_mismatch "host_to_device_async of a float32 array into an int32 buffer"
+      (fun () -> M.host_to_device_async ~stream:s ~src:(Array1.create float32 c_layout n) ~dst:(Obj.magic b1)));
+  ignore (expect_error Ferry.Size_mismatch "device_to_host_async into a longer array" (fun () ->
+      M.device_to_host_async ~stream:s ~src:b1 ~dst:(ints 9 (n + 1))));
+  let other = M.alloc dev (n + 1) int32 in
+  ignore (expect_error Ferry.Size_mismatch "device_to_device_async between lengths" (fun () ->
+      M.device_to_device_async ~stream:s ~src:other ~dst:b1));
+  M.free other;
+  ignore (expect_error Ferry.Stale_buffer "host_to_device_async into a freed buffer" (fun () ->
+      M.host_to_device_async ~stream:s ~src:a ~dst:other));
+  S.synchronize s;
+  M.device_to_host ~src:b1 ~dst:back;
+  check (back = ints 4 n) "a refused asynchronous call changed the buffer";
+  (* Events on one device: elapsed is a finite, non-negative time. *)
+  let e1 = E.create () and e2 = E.create () in
+  ignore (expect_error Ferry.Invalid_argument "elapsed of events never recorded" (fun () ->
+      E.elapsed ~start:e1 ~stop:e2));
+  E.record e1 s;
+  M.host_to_device_async ~stream:s ~src:a ~dst:b1;
+  E.record e2 s;
+  E.synchronize e2;
+  E.synchronize e1;
+  let ms = E.elapsed ~start:e1 ~stop:e2 in
+  check (Float.is_finite ms && ms >= 0.) "Event.elapsed is %g ms" ms;
+  E.destroy e1;
+  E.destroy e1;
+  ignore (expect_error Ferry.Stale_handle "recording a destroyed event" (fun () -> E.record e1 s));
+  (* destroy waits for pending work, twice is a no-op, later use raises. *)
+  submit_dropped s b1 5 n;
+  M.device_to_device_async ~stream:s ~src:b1 ~dst:b2;
+  S.destroy s;
+  S.destroy s;
+  M.device_to_host ~src:b2 ~dst:back;
+  check (back = ints 5 n) "Stream.destroy did not wait for the stream's work";
+  ignore (expect_error Ferry.Stale_handle "host_to_device_async on a destroyed stream" (fun () ->
+      M.host_to_device_async ~stream:s ~src:a ~dst:b1));
+  ignore (expect_error Ferry.Stale_handle "synchronize of a destroyed stream" (fun () -> S.synchronize s));
+  ignore (expect_error Ferry.Stale_handle "recording on a destroyed stream" (fun () -> E.record e2 s));
+  (* A stream dropped with work pending: its finaliser waits for the work. *)
+  (let dropped = S.create dev in
+   submit_dropped dropped b1 6 n);
+  Gc.full_major ();
+  Gc.compact ();
+  M.device_to_host ~src:b1 ~dst:back;
+  check (back = ints 6 n) "a dropped stream's work was lost";
+  (* The default stream: one value, destroy is a no-op, synchronous calls wait for it. *)
+  let d = S.default dev in
+  check (S.default dev == d) "Stream.default gave two values";
+  submit_dropped d b1 7 n;
+  S.destroy d;
+  M.device_to_host ~src:b1 ~dst:back;
+  check (back = ints 7 n) "a synchronous read did not see the default stream's write";
+  S.synchronize d;
+  M.free b1;
+  M.free b2
+
+(* An event orders two streams of different devices. *)
+let streams_across devices =
+  match devices with
+  | [] | [ _ ] -> ()
+  | first :: _ ->
+      List.iteri
+        (fun i d1 ->
+          let d2 = match List.nth_opt devices (i + 1) with Some d -> d | None -> first in
+          current := Printf.sprintf "an event from %s to %s" (D.name d1) (D.name d2);
+          let n = 10_007 in
+          let a = ints (20 + i) n in
+          let s1 = S.create d1 and s2 = S.create d2 in
+          let b1 = M.alloc d1 n int32 and b2 = M.alloc d2 n int32 in
+          let e = E.create () in
+          M.host_to_device_async ~stream:s1 ~src:a ~dst:b1;
+          E.record e s1;
+          E.synchronize e;
+          let back = Array1.create int32 c_layout n in
+          M.device_to_device_async ~stream:s2 ~src:b1 ~dst:b2;
+          M.device_to_host_async ~stream:s2 ~src:b2 ~dst:back;
+          S.synchronize s2;
+          check (back = a) "the second stream's work did not see the first's";
+          let e2 = E.create () in
+          E.record e2 s2;
+          E.synchronize e2;
+          if D.id d1 <> D.id d2 then
+            ignore (expect_error Ferry.Invalid_argument "elapsed between devices" (fun () ->
+                E.elapsed ~start:e ~stop:e2));
+          E.destroy e;
+          E.destroy e2;
+          S.destroy s1;
+          S.destroy s2;
+          M.free b1;
+          M.free b2)
+        devices
+
 let big_mib =
   match Sys.getenv_opt "FERRY_OCAML_TEST_BIG_MIB" with Some s -> int_of_string s | None -> 256
 
@@ -481,6 +626,17 @@ let framework dev =
   let back = Array1.create float64 c_layout n in
   F.Memory.device_to_host ~src:b ~dst:back;
   check (back = a) "round trip through the framework's Memory";
+  (* Its streams, over its own device type. *)
+  let s = F.Stream.create fd in
+  let back2 = Array1.create float64 c_layout n in
+  let b = F.Memory.alloc fd n float64 in
+  F.Memory.host_to_device_async ~stream:(F.Stream.ferry_stream s) ~src:a ~dst:b;
+  F.Memory.device_to_host_async ~stream:(F.Stream.ferry_stream s) ~src:b ~dst:back2;
+  F.Stream.synchronize s;
+  check (back2 = a) "round trip on the framework's stream";
+  F.Stream.destroy s;
+  F.Stream.destroy (F.Stream.default fd);
+  F.Stream.synchronize (F.Stream.default fd);
   F.Memory.free b;
   let align = D.host_ptr_alignment dev in
   if align = 0 then
@@ -517,6 +673,10 @@ let library () =
   check
     (Printexc.to_string (Ferry.Error (Ferry.Size_mismatch, "x")) = "Ferry.Error(Size_mismatch, \"x\")")
     "the printer says %s" (Printexc.to_string (Ferry.Error (Ferry.Size_mismatch, "x")));
+  check
+    (List.map Ferry.string_of_status [ Ferry.Not_ready; Ferry.Stale_handle; Ferry.Cancelled ]
+    = [ "Not_ready"; "Stale_handle"; "Cancelled" ])
+    "the new statuses' names";
   ignore (expect_error Ferry.Invalid_argument "aligned_array of alignment 3" (fun () ->
       Ferry.aligned_array float32 ~alignment:3 10));
   ignore (expect_error Ferry.Invalid_argument "aligned_array of a negative length" (fun () ->
@@ -598,9 +758,11 @@ let () =
       custom dev;
       framework dev;
       compaction dev;
+      streams dev;
       progress dev)
     devices;
   device_to_device devices;
+  streams_across devices;
   shutdown ();
   if !failures > 0 then begin
     Printf.printf "ferry OCaml tests: %d check(s) failed\n" !failures;
