@@ -689,16 +689,16 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
   static const struct {
     op_fn op, verify, alt, alt_verify, settle;
   } table[PATH_DEVICE_COUNT] = {
-      [PATH_H2D] = {r_h2d, vr_h2d, a_h2d, va_h2d},
-      [PATH_D2H] = {r_d2h, vr_d2h, a_d2h, va_d2h},
-      [PATH_H2D_PINNED] = {r_h2d_pinned, vr_h2d_pinned, a_h2d_pinned, va_h2d_pinned},
-      [PATH_D2H_PINNED] = {r_d2h_pinned, vr_d2h_pinned, a_d2h_pinned, va_d2h_pinned},
-      [PATH_HOST_PTR] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
-      [PATH_ZERO_COPY] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip},
-      [PATH_D2D] = {r_d2d, vr_d2d, a_d2d, va_d2d},
+      [PATH_H2D] = {r_h2d, vr_h2d, a_h2d, va_h2d, NULL},
+      [PATH_D2H] = {r_d2h, vr_d2h, a_d2h, va_d2h, NULL},
+      [PATH_H2D_PINNED] = {r_h2d_pinned, vr_h2d_pinned, a_h2d_pinned, va_h2d_pinned, NULL},
+      [PATH_D2H_PINNED] = {r_d2h_pinned, vr_d2h_pinned, a_d2h_pinned, va_d2h_pinned, NULL},
+      [PATH_HOST_PTR] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip, NULL},
+      [PATH_ZERO_COPY] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip, NULL},
+      [PATH_D2D] = {r_d2d, vr_d2d, a_d2d, va_d2d, NULL},
       [PATH_ASYNC] = {r_h2d_async, vr_h2d_async, NULL, NULL, r_finish},
-      [PATH_BOTH] = {r_both, vr_both, NULL, NULL},
-      [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL},
+      [PATH_BOTH] = {r_both, vr_both, NULL, NULL, NULL},
+      [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL, NULL},
   };
   int n = 0;
   if (!c->raw) return 0;
