@@ -999,7 +999,8 @@ static void run_sync(bench_run *run, ctx *c, bench_row *row, bool zero_copy) {
   c->own = NULL;
 }
 
-static void run_d2d(bench_run *run, ctx *c, bench_row *row) {
+/* d2d and both: a path on buffer a and a second buffer b of the device. */
+static void run_with_second(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn verify) {
   ferry_status st = ferry_alloc(c->d->dev, c->bytes, FERRY_UINT8, &c->b);
   if (st != FERRY_OK) {
     char text[1200];
@@ -1007,21 +1008,7 @@ static void run_d2d(bench_run *run, ctx *c, bench_row *row) {
     row_fail(run, c, row, text);
     return;
   }
-  run_device_path(run, c, row, f_d2d, NULL, vf_d2d);
-  ferry_free(c->b);
-  c->b = FERRY_NULL_BUFFER;
-}
-
-/* both: b, the second buffer, as for d2d. */
-static void run_both(bench_run *run, ctx *c, bench_row *row) {
-  ferry_status st = ferry_alloc(c->d->dev, c->bytes, FERRY_UINT8, &c->b);
-  if (st != FERRY_OK) {
-    char text[1200];
-    snprintf(text, sizeof text, "the second buffer: %s (%s)", ferry_last_error(), ferry_status_name(st));
-    row_fail(run, c, row, text);
-    return;
-  }
-  run_device_path(run, c, row, f_both, NULL, vf_both);
+  run_device_path(run, c, row, fop, NULL, verify);
   ferry_free(c->b);
   c->b = FERRY_NULL_BUFFER;
 }
@@ -1054,7 +1041,7 @@ static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const boo
       if (p == PATH_ASYNC)
         run_device_path(run, c, rows[p], f_async, fs_async, vf_async);
       else
-        run_both(run, c, rows[p]);
+        run_with_second(run, c, rows[p], f_both, vf_both);
       last = rows[p];
     }
   }
@@ -1216,7 +1203,7 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
       }
       if (go[PATH_D2D]) {
         device_step(d, bench_paths[PATH_D2D].label, bytes);
-        run_d2d(run, &c, rows[PATH_D2D]);
+        run_with_second(run, &c, rows[PATH_D2D], f_d2d, vf_d2d);
       }
       if (go[PATH_ASYNC] || go[PATH_BOTH]) run_queues(run, &c, rows, go);
       ferry_free(c.a);
