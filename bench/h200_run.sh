@@ -10,11 +10,11 @@
 # as it is made. BASE, if given, is another source tree (the code before a change,
 # with this tree's bench/ programs copied in): its CUDA benchmarks run in the same
 # session, for before-and-after figures on one machine. PHASES (comma-separated;
-# default all but sweep and base) picks: ctest, queues, cuda, sweep, opencl, vulkan,
-# cross, plot, base.
+# default all but sweep and base) picks: ctest, host, queues, cuda, sweep, opencl,
+# vulkan, cross, plot, base.
 set -u
 OUT=${OUT:-$PWD/out}
-PHASES=${PHASES:-ctest,queues,cuda,opencl,vulkan,cross,plot,base}
+PHASES=${PHASES:-ctest,host,queues,cuda,opencl,vulkan,cross,plot,base}
 DEADLINE=${DEADLINE:-540}
 BASE=${1:-}
 START=$SECONDS
@@ -95,6 +95,21 @@ if want ctest; then
     -E "ocaml|python|metal|valgrind|fuzz|make_run") >"$OUT/ctest.txt" 2>&1
   grep -E "tests passed|tests failed|\*\*\*Failed|Not Run|Timeout|SKIP" "$OUT/ctest.txt" | head -n 40
   grep -h -E "^(skip|SKIP)" "$OUT/ctest.txt" | sort | uniq -c | head -n 30
+fi
+
+if want host; then
+  stamp "bench_native: large host copies against memcpy, by copy threads (default, 1, 4, 16)"
+  for t in "" 1 4 16; do
+    for i in 1 2 3; do
+      echo "FERRY_COPY_THREADS=${t:-default} run $i"
+      if [ -n "$t" ]; then
+        FERRY_BACKENDS=native FERRY_COPY_THREADS=$t limited 30 build/bench/bench_native
+      else
+        FERRY_BACKENDS=native limited 30 build/bench/bench_native
+      fi
+    done
+  done >"$OUT/bench_native.txt" 2>&1
+  cat "$OUT/bench_native.txt"
 fi
 
 if want queues; then

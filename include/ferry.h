@@ -26,12 +26,16 @@
 extern "C" {
 #endif
 
+/* FERRY_API: how ferry's functions are exported. A program that compiles ferry's
+ * sources into a module of its own, with nothing exported, defines it empty. */
+#ifndef FERRY_API
 #if defined(_WIN32)
 #define FERRY_API
 #elif defined(__GNUC__)
 #define FERRY_API __attribute__((visibility("default")))
 #else
 #define FERRY_API
+#endif
 #endif
 
 #define FERRY_VERSION_MAJOR 0
@@ -658,6 +662,16 @@ FERRY_API ferry_status ferry_read_async(ferry_queue queue, ferry_buffer src, siz
                                         size_t bytes);
 FERRY_API ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
                                         size_t dst_offset, size_t bytes);
+
+/* ferry_host_to_device, ferry_device_to_host and ferry_device_to_device on a
+ * queue: whole buffers, with the synchronous typed calls' checks (kinds and
+ * lengths, FERRY_ERROR_KIND_MISMATCH and FERRY_ERROR_SIZE_MISMATCH) made when
+ * submitted, and the queue rules of the byte-range calls above. The host
+ * array's memory must stay alive (and, for a read, untouched) until the
+ * operation completes. */
+FERRY_API ferry_status ferry_host_to_device_async(ferry_queue queue, ferry_array src, ferry_buffer dst);
+FERRY_API ferry_status ferry_device_to_host_async(ferry_queue queue, ferry_buffer src, ferry_array dst);
+FERRY_API ferry_status ferry_device_to_device_async(ferry_queue queue, ferry_buffer src, ferry_buffer dst);
 
 /* Sets [dst_offset, dst_offset + bytes) of dst to `pattern` repeated: a pattern
  * of 1, 2 or 4 bytes, copied when submitted; bytes and dst_offset must be

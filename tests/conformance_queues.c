@@ -479,6 +479,51 @@ static void queue_host_arrays(ferry_device *dev, const ferry_device_info *info) 
   free(arr), free(other), free(back), free(model);
 }
 
+/* ---- typed transfers on a queue ------------------------------------------------------------ */
+
+static void queue_typed(ferry_device *dev, const ferry_device_info *info) {
+  (void)info;
+  const size_t n = 3001; /* odd: no piece size divides it */
+  ferry_queue q = new_queue(dev);
+  float *src = malloc(n * sizeof *src), *back = calloc(n, sizeof *back);
+  for (size_t i = 0; i < n; i++)
+    src[i] = (float)i * 0.5f - 7.0f;
+  ferry_buffer a = conf_sentinel(), b = conf_sentinel();
+  CHECK_OK(ferry_alloc(dev, n, FERRY_FLOAT32, &a));
+  CHECK_OK(ferry_alloc(dev, n, FERRY_FLOAT32, &b));
+  CHECK_OK(ferry_host_to_device_async(q, ferry_array_of(src, n, FERRY_FLOAT32), a));
+  CHECK_OK(ferry_device_to_device_async(q, a, b));
+  CHECK_OK(ferry_device_to_host_async(q, b, ferry_array_of(back, n, FERRY_FLOAT32)));
+  CHECK_OK(ferry_queue_synchronize(q));
+  CHECK(memcmp(src, back, n * sizeof *src) == 0);
+  /* The synchronous typed calls' checks, at submission: nothing is submitted. */
+  int32_t ints[8] = {0};
+  ferry_buffer c = conf_sentinel(), w = conf_sentinel();
+  CHECK_OK(ferry_alloc(dev, 8, FERRY_INT32, &c));
+  CHECK_OK(ferry_alloc(dev, n + 1, FERRY_FLOAT32, &w));
+  CHECK_STATUS(ferry_host_to_device_async(q, ferry_array_of(ints, 8, FERRY_INT32), a), FERRY_ERROR_KIND_MISMATCH);
+  CHECK_ERROR_HAS("ferry_host_to_device_async");
+  CHECK_STATUS(ferry_host_to_device_async(q, ferry_array_of(src, n - 1, FERRY_FLOAT32), a), FERRY_ERROR_SIZE_MISMATCH);
+  CHECK_STATUS(ferry_device_to_host_async(q, c, ferry_array_of(back, 8, FERRY_FLOAT32)), FERRY_ERROR_KIND_MISMATCH);
+  CHECK_ERROR_HAS("ferry_device_to_host_async");
+  CHECK_STATUS(ferry_device_to_host_async(q, a, ferry_array_of(NULL, n, FERRY_FLOAT32)), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_STATUS(ferry_device_to_device_async(q, a, c), FERRY_ERROR_KIND_MISMATCH);
+  CHECK_ERROR_HAS("ferry_device_to_device_async");
+  CHECK_STATUS(ferry_device_to_device_async(q, a, w), FERRY_ERROR_SIZE_MISMATCH);
+  CHECK_STATUS(ferry_host_to_device_async(FERRY_NULL_QUEUE, ferry_array_of(src, n, FERRY_FLOAT32), a),
+               FERRY_ERROR_STALE_HANDLE);
+  CHECK_OK(ferry_queue_synchronize(q));
+  memset(back, 0, n * sizeof *back);
+  CHECK_OK(ferry_device_to_host(a, ferry_array_of(back, n, FERRY_FLOAT32)));
+  CHECK(memcmp(src, back, n * sizeof *src) == 0);
+  CHECK_OK(ferry_queue_destroy(q));
+  CHECK_OK(ferry_free(a));
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_free(c));
+  CHECK_OK(ferry_free(w));
+  free(src), free(back);
+}
+
 /* ---- threads -------------------------------------------------------------------------------- */
 
 typedef struct thread_job {
@@ -525,11 +570,17 @@ static void queue_threads(ferry_device *dev, const ferry_device_info *info) {
 }
 
 const conformance_case conformance_queue_cases[] = {
-    {"queue_handles", queue_handles},     {"queue_order", queue_order},
-    {"queue_sizes", queue_sizes},         {"queue_checks", queue_checks},
-    {"queue_fills", queue_fills},         {"queue_events", queue_events},
-    {"queue_lifetimes", queue_lifetimes}, {"queue_host_arrays", queue_host_arrays},
-    {"queue_threads", queue_threads},     {NULL, NULL},
+    {"queue_handles", queue_handles},
+    {"queue_order", queue_order},
+    {"queue_sizes", queue_sizes},
+    {"queue_checks", queue_checks},
+    {"queue_fills", queue_fills},
+    {"queue_events", queue_events},
+    {"queue_lifetimes", queue_lifetimes},
+    {"queue_host_arrays", queue_host_arrays},
+    {"queue_threads", queue_threads},
+    {"queue_typed", queue_typed},
+    {NULL, NULL},
 };
 
 /* ---- pairs of devices ----------------------------------------------------------------------- */

@@ -331,8 +331,9 @@ const ferry_backend fault_backend = {.name = "fault", .probe = fault_probe, .unl
 /* A backend that adds a device and then fails: it must end with no devices. */
 long broken_destroyed;
 static void broken_destroy(ferry_device *dev) {
-  (void)dev;
   broken_destroyed++;
+  /* A cleanup that fails too: its sentence must not replace the probe's. */
+  (void)ferry__fail(FERRY_ERROR_BACKEND, "BROKEN_CLEANUP: %s could not be released", dev->label);
 }
 static const ferry_device_ops broken_ops = {.alloc = f_alloc,
                                             .free = f_free,

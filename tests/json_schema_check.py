@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Checks JSON written by `ferry info --json` and `ferry bench --json` against
+"""Checks JSON written by `ferry info --json`, `ferry bench --json` and
+`ferry-mpi-bench --json` against
 docs/JSON.md, field by field: the tables there are the schema.
 
 usage: json_schema_check.py docs/JSON.md FILE.json [FILE.json ...]
@@ -131,9 +132,9 @@ def check(sections, data, name="output"):
     """Returns the problems found in one parsed JSON document."""
     problems = []
     tool = data.get("tool") if isinstance(data, dict) else None
-    doc = {"ferry info": "info", "ferry bench": "bench"}.get(tool)
+    doc = {"ferry info": "info", "ferry bench": "bench", "ferry-mpi-bench": "mpi"}.get(tool)
     if doc is None:
-        return [f"{name}: 'tool' is {tool!r}, not 'ferry info' or 'ferry bench'"]
+        return [f"{name}: 'tool' is {tool!r}, not 'ferry info', 'ferry bench' or 'ferry-mpi-bench'"]
     if data.get("schema_version") != 1:
         problems.append(f"{name}: schema_version is {data.get('schema_version')!r}, JSON.md describes 1")
     seen = set()

@@ -335,6 +335,32 @@ static void check_good_runs(void) {
             "a zero GB/s figure: %s", r->out);
   CHECK_MSG(strstr(r->out, " 0.0") != NULL && !strstr(r->out, "e-0"), "1-byte copies not as plain GB/s: %s", r->out);
 
+  /* A sync row of 64 MiB: ferry moves nothing, the raw way 128 MiB, so the ratio is
+   * in the thousands. It is a plain number, never 1.6e+05x, with the note that
+   * says why; three samples leave the spread blank (never 100% from three points). */
+  r = bench("--sizes", "64M", "--repeat", "3", "--paths", "zero-copy", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "--paths zero-copy --sizes 64M: exit %d; stderr: %s", r->code, r->err);
+  char zc_line[256] = "";
+  CHECK_MSG(line_of(r->out, "  zero-copy sync", zc_line, sizeof zc_line), "no zero-copy sync row: %.2000s", r->out);
+  CHECK_MSG(!strchr(zc_line, '%') && !strstr(zc_line, "e+"), "spread or exponent in a 3-sample row: %s", zc_line);
+  {
+    /* The ratio column: the last number, before the raw way's name. */
+    double ratio = 0;
+    char copy[256];
+    snprintf(copy, sizeof copy, "%s", zc_line);
+    const char *prev = NULL, *last = NULL;
+    for (char *tok = strtok(copy, " "); tok; tok = strtok(NULL, " ")) {
+      prev = last;
+      last = tok;
+    }
+    if (prev) ratio = strtod(prev, NULL);
+    CHECK_MSG(ratio >= 1000, "a 64 MiB sync row's ratio below 1000 (%g): %s", ratio, zc_line);
+    if (ratio >= 1000)
+      CHECK_MSG(strstr(r->out, "note: a sync row's ferry/raw grows with the size"), "no note on a ratio of %g: %s",
+                ratio, r->out);
+  }
+  CHECK_MSG(strstr(r->out, "+- is blank for figures of fewer than 5 samples"), "no note on 3 samples' spread");
+
   /* A size beyond the host memory is not measured, with a note, and is no failure. */
   r = bench("--sizes", "4K,1T", "--repeat", "1", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--sizes 4K,1T: exit %d; stderr: %s", r->code, r->err);
@@ -676,6 +702,35 @@ static void check_info(void) {
             "ferry info --verbose: %s", r->out);
   r = ferry("info", "-v", (const char *)NULL);
   CHECK(r->code == 0 && strstr(r->out, "PCI address"));
+  /* What clinfo and vulkaninfo users look for first, on the OpenCL and Vulkan
+   * devices present (PoCL and lavapipe here): a CPU driver's free memory is the
+   * host's, and says so. */
+  const char *gpu_apis[] = {"FERRY_BACKENDS=opencl,vulkan", NULL};
+  memcpy(env_for_run, gpu_apis, sizeof gpu_apis);
+  r = ferry("info", "--verbose", (const char *)NULL);
+  CHECK_MSG(r->code == 0, "ferry info --verbose on opencl and vulkan: exit %d: %s", r->code, r->err);
+  const char *cl = strstr(r->out, ": opencl, "), *vk = strstr(r->out, ": vulkan, ");
+  if (cl) {
+    char block[2048];
+    snprintf(block, sizeof block, "%.*s", (int)(vk && vk > cl ? vk - cl : (ptrdiff_t)strlen(cl)), cl);
+    CHECK_MSG(strstr(block, "compute units, ") && strstr(block, " MHz") && strstr(block, "work groups up to") &&
+                  strstr(block, "of local memory"),
+              "ferry info --verbose: an OpenCL device without compute units, clock, work groups or local memory: %s",
+              block);
+    CHECK_MSG(!strstr(block, "type            cpu") || strstr(block, "the driver says nothing of its own"),
+              "an OpenCL CPU device's free memory not marked as the host's: %s", block);
+  }
+  if (vk) {
+    char block[2048];
+    snprintf(block, sizeof block, "%.*s", (int)strcspn(vk, "\n") + 1200, vk);
+    CHECK_MSG(strstr(block, "heap 0 ") && strstr(block, "memory type 0 ") && strstr(block, "queue family 0 ") &&
+                  strstr(block, "work groups up to"),
+              "ferry info --verbose: a Vulkan device without heaps, memory types or queue families: %s", block);
+    CHECK_MSG(!strstr(block, "type            cpu") || strstr(block, "the driver says nothing of its own"),
+              "a Vulkan CPU device's free memory not marked as the host's: %s", block);
+  }
+  if (!cl || !vk) printf("  ferry info --verbose: %s%s not present here\n", cl ? "" : "opencl ", vk ? "" : "vulkan");
+  memcpy(env_for_run, both, sizeof both);
   r = ferry("info", "--help", (const char *)NULL);
   static const char *const words[] = {"--verbose", "--json [FILE]", "-h, --help",  "columns:",    "zero-copy",
                                       "host-ptr",  "debug",         "exit status", "environment", "ferry help"};

@@ -164,11 +164,16 @@ static void transfer_errors(void) {
   CHECK_STATUS(ferry_read(b, 0, h, sizeof h), FERRY_ERROR_BACKEND);
   CHECK_ERROR_HAS("cuMemcpyDtoHAsync_v2 of 4096 bytes");
   CHECK_ERROR_HAS("CUDA_ERROR_INVALID_VALUE (1)");
+  CHECK_OK(ferry_write(b, 0, h, sizeof h));
   CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
   CHECK_STATUS(ferry_copy(b, 0, c, 0, 1000), FERRY_ERROR_BACKEND);
   CHECK_ERROR_HAS("ferry_copy: from buffer");
   CHECK_ERROR_HAS("cuEventSynchronize (waiting for the stream's work)");
   CHECK_ERROR_HAS("CUDA_ERROR_LAUNCH_FAILED (719)");
+  /* The wait failed but the copy did not: it has finished when the call returns, so nothing
+     writes c (or reads b) behind the caller's back. The fake's device memory is host memory. */
+  CHECK_MSG(memcmp((const void *)ferry_device_ptr(c), h, 1000) == 0,
+            "ferry_copy returned its failed wait while the copy was still running");
   /* The same calls work again. */
   CHECK_OK(ferry_write(b, 0, h, sizeof h));
   CHECK_OK(ferry_copy(b, 0, c, 0, sizeof h));

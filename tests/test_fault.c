@@ -215,7 +215,8 @@ static void broken_backend_is_absent(void) {
     if (strcmp(b.name, "broken") != 0) continue;
     seen = true;
     CHECK(b.device_count == 0);
-    CHECK(strstr(b.status, "BROKEN_DRIVER") != NULL);
+    CHECK_MSG(strstr(b.status, "BROKEN_DRIVER") != NULL && strstr(b.status, "BROKEN_CLEANUP") == NULL,
+              "the broken backend's status is not its probe's first failure: %s", b.status);
   }
   CHECK(seen);
   CHECK(broken_destroyed == 1);
@@ -332,7 +333,10 @@ int main(void) {
   setenv("FERRY_COPY_THREADS", "3", 1);
   CHECK_OK(ferry__register_backend(&fault_backend));
   CHECK_OK(ferry__register_backend(&broken_backend));
+  (void)ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "CALLER_SENTENCE"); /* the caller's, which the start keeps */
   CHECK_OK(ferry_init());
+  CHECK_MSG(strcmp(ferry_last_error(), "CALLER_SENTENCE") == 0, "the start replaced the caller's sentence: %s",
+            ferry_last_error());
   CHECK_STATUS(ferry__register_backend(&fault_backend), FERRY_ERROR_INVALID_ARGUMENT);
   CHECK(fault.devices == 2);
   broken_backend_is_absent();

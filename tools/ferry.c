@@ -74,6 +74,7 @@ static void help_env(FILE *f) {
       {"FERRY_REQUIRE_PYTHON=1", "fail instead of skipping the Python tests when no Python can build and test "
                                  "the package"},
       {"FERRY_REQUIRE_OCAML=1", "fail instead of skipping the OCaml tests when dune or ocamlfind is missing"},
+      {"FERRY_REQUIRE_MPI=1", "fail instead of skipping the MPI tests when MPI, mpirun or mpi4py is missing"},
       {"FERRY_PYTHON=path", "the interpreter the Python tests use first (else python3, then /usr/bin/python3)"},
       {"FERRY_TEST_CASE_TIMEOUT=seconds", "the time limit of one conformance case (default 300)"},
       {"FERRY_TEST_ITERATIONS=n", "rounds of the thread and shutdown-race tests"},

@@ -248,6 +248,14 @@ typedef struct ferry_device_ops {
    * is tried again. Everything goes back; a problem found on the way (checked: a
    * write after free) is reported afterwards as FERRY_ERROR_BACKEND. */
   ferry_status (*trim)(ferry_device *dev);
+  /* [offset, offset + n) of `mem` as host memory the CPU reads (and, with
+   * `write`, writes) without a copy until unmap, for libferry_mpi, which hands
+   * it to MPI: devices whose memory is the host's behind a buffer object
+   * (OpenCL on a CPU). After the work of the device's synchronous calls.
+   * FERRY_ERROR_UNSUPPORTED where only a copy could do it. n > 0. */
+  ferry_status (*map)(ferry_device *dev, ferry_mem *mem, size_t offset, size_t n, bool write, void **out_ptr);
+  /* Ends a map; the device's later work sees what the CPU wrote. */
+  ferry_status (*unmap)(ferry_device *dev, ferry_mem *mem, void *ptr);
   /* Check an allocation before a transfer that moves no bytes (zero bytes, a copy
    * onto itself), which the core makes without calling write, read or copy:
    * checked's guard bytes. */
@@ -385,25 +393,34 @@ typedef struct ferry_error_scope {
 ferry_error_scope ferry__first_failure_begin(bool failed);
 void ferry__first_failure_end(ferry_error_scope outer);
 
-/* Sets the thread's sentence aside, and puts it back: around work whose own
- * failures are read and dealt with (a backend that is absent at probe, a
- * smaller staging ring tried after a larger one) while the caller's sentence
- * must stay. Pushes and pops pair up, four deep. */
-void ferry__error_push(void);
-void ferry__error_pop(void);
+/* Sends the thread's failures into `buf` (emptied here) instead of its
+ * sentence, until ferry__error_redirect_end puts back what was in force before:
+ * around work whose own failures are kept elsewhere (a backend's reason for
+ * being absent, kept as its status) while the caller's sentence must stay.
+ * ferry__error_text reads the buffer meanwhile. Redirections nest. */
+typedef struct ferry_error_target {
+  char *buf;
+  size_t size;
+} ferry_error_target;
+ferry_error_target ferry__error_redirect(char *buf, size_t size);
+void ferry__error_redirect_end(ferry_error_target outer);
 
 /* The thread's current error sentence, for backends that prefix or extend it. */
 const char *ferry__error_text(void);
 
 /* Copies n bytes on the core's copy threads when it is large enough to gain;
- * memcpy semantics (no overlap). */
+ * memcpy semantics (no overlap). For memory a driver maps, and pieces. */
 void ferry__parallel_memcpy(void *dst, const void *src, size_t n);
+/* The same for a whole copy between plain host memory (ferry_mem.host, the
+ * program's arrays): one memcpy where no copy thread helps, streaming stores
+ * past the last-level cache's size. */
+void ferry__parallel_memcpy_plain(void *dst, const void *src, size_t n);
 
-/* memmove semantics: memmove when the ranges overlap, nothing when they are the
- * same, else memcpy for a few KiB and ferry__parallel_memcpy above. Inline: the
- * per-call cost of a small native transfer is a target (docs/PERFORMANCE.md), and
- * the copy threads' path is calls deep before it reaches a memcpy. */
-static inline void ferry__host_move(void *dst, const void *src, size_t n) {
+/* memmove semantics with `large` above a few KiB: memmove when the ranges overlap,
+ * nothing when they are the same, else memcpy for a few KiB. Inline: the per-call
+ * cost of a small native transfer is a target (docs/PERFORMANCE.md), and the copy
+ * threads' path is calls deep before it reaches a memcpy. */
+static inline void ferry__move_with(void *dst, const void *src, size_t n, void (*large)(void *, const void *, size_t)) {
   uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
   if (d == s || n == 0) return;
   if (d < s + n && s < d + n)
@@ -411,7 +428,17 @@ static inline void ferry__host_move(void *dst, const void *src, size_t n) {
   else if (n <= 4096)
     memcpy(dst, src, n);
   else
-    ferry__parallel_memcpy(dst, src, n);
+    large(dst, src, n);
+}
+
+/* A move to or from memory a driver maps (ferry__parallel_memcpy above a few KiB). */
+static inline void ferry__host_move(void *dst, const void *src, size_t n) {
+  ferry__move_with(dst, src, n, ferry__parallel_memcpy);
+}
+
+/* A whole move between plain host memory (ferry__parallel_memcpy_plain). */
+static inline void ferry__plain_move(void *dst, const void *src, size_t n) {
+  ferry__move_with(dst, src, n, ferry__parallel_memcpy_plain);
 }
 
 /* Copies n bytes (at most 512) from addr into out without faulting where there

@@ -583,7 +583,7 @@ ferry_status ferry__engine_write(ferry_device *dev, ferry_lane *lane, ferry_mem 
                                  size_t n) {
   if (n == 0) return FERRY_OK;
   if (dst->host) {
-    ferry__host_move((char *)dst->host + offset, src, n);
+    ferry__plain_move((char *)dst->host + offset, src, n);
     return FERRY_OK;
   }
   ferry_pinned pin;
@@ -595,7 +595,7 @@ ferry_status ferry__engine_read(ferry_device *dev, ferry_lane *lane, const ferry
                                 size_t n) {
   if (n == 0) return FERRY_OK;
   if (src->host) {
-    ferry__host_move(dst, (const char *)src->host + offset, n);
+    ferry__plain_move(dst, (const char *)src->host + offset, n);
     return FERRY_OK;
   }
   /* The backend reads from mem without changing it; the DMA interface takes one pointer for both ways. */

@@ -73,22 +73,33 @@ void ferry__first_failure_end(ferry_error_scope outer) {
   section.wrote = outer.wrote || wrote;
 }
 
-/* Sentences set aside by ferry__error_push, restored by ferry__error_pop. */
-enum { SAVED_DEPTH = 4 };
+/* Where the thread's failures write while ferry__error_redirect is in force:
+ * NULL for the thread's sentence. */
 static _Thread_local struct {
-  char text[SAVED_DEPTH][sizeof error_text];
-  unsigned depth; /* pushes so far; beyond SAVED_DEPTH they keep nothing */
-} saved;
+  char *buf;
+  size_t size;
+} redirect;
 
-void ferry__error_push(void) {
-  if (saved.depth < SAVED_DEPTH) memcpy(saved.text[saved.depth], error_text, sizeof error_text);
-  saved.depth++;
+ferry_error_target ferry__error_redirect(char *buf, size_t size) {
+  ferry_error_target outer = {redirect.buf, redirect.size};
+  redirect.buf = buf;
+  redirect.size = size;
+  if (buf && size) buf[0] = '\0';
+  return outer;
 }
 
-void ferry__error_pop(void) {
-  if (saved.depth == 0) return;
-  saved.depth--;
-  if (saved.depth < SAVED_DEPTH) memcpy(error_text, saved.text[saved.depth], sizeof error_text);
+void ferry__error_redirect_end(ferry_error_target outer) {
+  redirect.buf = outer.buf;
+  redirect.size = outer.size;
+}
+
+static char *target(size_t *size) {
+  if (redirect.buf && redirect.size) {
+    *size = redirect.size;
+    return redirect.buf;
+  }
+  *size = sizeof error_text;
+  return error_text;
 }
 
 ferry_status ferry__failv(ferry_status status, const char *fmt, va_list ap) {
@@ -100,7 +111,9 @@ ferry_status ferry__failv(ferry_status status, const char *fmt, va_list ap) {
    * (a backend extending the previous sentence). */
   char scratch[sizeof error_text];
   vsnprintf(scratch, sizeof scratch, fmt, ap);
-  memcpy(error_text, scratch, sizeof error_text);
+  size_t size;
+  char *out = target(&size);
+  snprintf(out, size, "%s", scratch);
   return status;
 }
 
@@ -112,7 +125,10 @@ ferry_status ferry__fail(ferry_status status, const char *fmt, ...) {
   return status;
 }
 
-const char *ferry__error_text(void) { return error_text; }
+const char *ferry__error_text(void) {
+  size_t size;
+  return target(&size);
+}
 
 const char *ferry_last_error(void) { return error_text; }
 

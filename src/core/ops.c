@@ -185,7 +185,7 @@ static ferry_status run_copy(const ferry_op *op, ferry_lanes lanes, const ferry_
   ferry_lane *slane = ferry__lane_for(lanes, sdev, FERRY_DMA_TO_HOST),
              *dlane = ferry__lane_for(lanes, ddev, FERRY_DMA_TO_DEVICE);
   if (sdev == ddev && src->mem.host && dst->mem.host) {
-    ferry__host_move((char *)dst->mem.host + doff, (const char *)src->mem.host + so, n);
+    ferry__plain_move((char *)dst->mem.host + doff, (const char *)src->mem.host + so, n);
     return FERRY_OK;
   }
   ferry_copy_ends ends = {.sdev = sdev,

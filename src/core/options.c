@@ -31,10 +31,11 @@ static const ferry_option_def core_options[] = {
      .check = ferry__backends_check},
     {.name = "FERRY_DEBUG",
      .type = FERRY_OPTION_WORDS,
-     .words = "leaks,engine",
-     .range = "the words leaks and engine",
+     .words = "leaks,engine,mpi",
+     .range = "the words leaks, engine and mpi",
      .description = "leaks: ferry_shutdown() lists every buffer still live on stderr; engine: the transfer engine "
-                    "prints each device's measured figures and its plan on stderr"},
+                    "prints each device's measured figures and its plan on stderr; mpi: libferry_mpi says which "
+                    "path each buffer takes"},
     {.name = "FERRY_CACHE_LIMIT",
      .type = FERRY_OPTION_BYTES,
      .min = 0,
@@ -63,6 +64,12 @@ static const ferry_option_def core_options[] = {
      .range = "1 to 64",
      .description = "threads for large host copies, the caller's included (default: processors online, at most "
                     "16; 1 on machines of fewer than 4 processors)"},
+    {.name = "FERRY_MPI_CUDA_AWARE",
+     .type = FERRY_OPTION_SWITCH,
+     .range = "0 or 1",
+     .description = "libferry_mpi: 1 hands CUDA buffers' device memory to MPI (an MPI built CUDA-aware), 0 moves "
+                    "them through host memory (default: what MPIX_Query_cuda_support says where the MPI has it, "
+                    "else 0)"},
     {.name = NULL},
 };
 

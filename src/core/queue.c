@@ -636,14 +636,15 @@ static bool side_lane(ferry_queue_obj *q, ferry_device *other, ferry_lane **out)
       found = true;
     }
   if (!found && q->sides < FERRY__QUEUE_SIDES) {
-    ferry__error_push();
+    /* A device that cannot give a lane is no failure: the copy runs on the thread. */
+    ferry_error_scope quiet = ferry__first_failure_begin(true);
     if (other->ops->lane_create(other, out) == FERRY_OK) {
       q->side[q->sides].dev = other;
       q->side[q->sides].lane = *out;
       q->sides++;
       found = true;
     }
-    ferry__error_pop();
+    ferry__first_failure_end(quiet);
   }
   pthread_mutex_unlock(&q->lock);
   return found;

@@ -273,16 +273,24 @@ static void probe_backend(backend_entry *e) {
   if (started_by[at] == 0) started_by[at] = self;
   e->first = reg.device_count;
   ferry_probe probe = {.entry = e};
+  /* An absent backend's reason is its status, never the caller's sentence. */
+  ferry_error_target caller = ferry__error_redirect(e->status, sizeof e->status);
   ferry_status st = e->backend->probe(&probe);
   if (st != FERRY_OK) {
-    /* A backend that fails half way gives up all of its devices. */
-    snprintf(e->status, sizeof e->status, "%s", ferry__error_text());
+    /* A backend that fails half way gives up all of its devices; what its
+     * cleanup says after the reason is not kept. */
+    ferry_error_scope cleanup = ferry__first_failure_begin(true);
     while (reg.device_count > e->first)
       device_destroy(reg.devices[--reg.device_count]);
     e->count = 0;
     if (e->backend->unload) e->backend->unload();
+    ferry__first_failure_end(cleanup);
+    ferry__error_redirect_end(caller);
+    if (!e->status[0])
+      snprintf(e->status, sizeof e->status, "its start failed with %s, without a sentence", ferry_status_name(st));
     return;
   }
+  ferry__error_redirect_end(caller);
   if (e->count == 0)
     snprintf(e->status, sizeof e->status, "the driver is present but reports no devices");
   else
@@ -384,13 +392,8 @@ static ferry_status ensure_init(const char *fn) {
       if (st != FERRY_OK) ferry__options_end();
     }
     if (st == FERRY_OK) {
-      /* Backends that are absent write their reasons into the thread's
-       * sentence (probe_backend keeps each as the backend's status); the
-       * caller's sentence is put back. */
-      ferry__error_push();
       for (size_t i = 0; i < reg.entry_count; i++)
         probe_backend(&reg.entries[i]);
-      ferry__error_pop();
       atomic_store_explicit(&ready, 1, memory_order_release);
     }
   }

@@ -132,6 +132,19 @@ ferry_status ferry_device_to_host_ptr(ferry_buffer src, void *dst_ptr, size_t by
   return st;
 }
 
+/* Two whole buffers of one kind and length (ferry_device_to_device). */
+static ferry_status check_pair(const char *fn, const ferry_slot *s, const ferry_slot *d) {
+  char a[512], b[512];
+  if (s->kind != d->kind || s->elem_size != d->elem_size)
+    return ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: %s and %s differ in kind (%s, %zu bytes each vs %s, %zu)", fn,
+                       ferry__buffer_text(s, a), ferry__buffer_text(d, b), ferry_kind_name(s->kind), s->elem_size,
+                       ferry_kind_name(d->kind), d->elem_size);
+  if (s->length != d->length)
+    return ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: %s has %zu elements, %s has %zu", fn, ferry__buffer_text(s, a),
+                       s->length, ferry__buffer_text(d, b), d->length);
+  return FERRY_OK;
+}
+
 ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst) {
   static const char fn[] = "ferry_device_to_device";
   ferry_slot *s, *d;
@@ -141,15 +154,7 @@ ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst) {
     ferry__release(s);
     return st;
   }
-  char a[512], b[512];
-  if (s->kind != d->kind || s->elem_size != d->elem_size)
-    st = ferry__fail(FERRY_ERROR_KIND_MISMATCH, "%s: %s and %s differ in kind (%s, %zu bytes each vs %s, %zu)", fn,
-                     ferry__buffer_text(s, a), ferry__buffer_text(d, b), ferry_kind_name(s->kind), s->elem_size,
-                     ferry_kind_name(d->kind), d->elem_size);
-  else if (s->length != d->length)
-    st = ferry__fail(FERRY_ERROR_SIZE_MISMATCH, "%s: %s has %zu elements, %s has %zu", fn, ferry__buffer_text(s, a),
-                     s->length, ferry__buffer_text(d, b), d->length);
-  else {
+  if ((st = check_pair(fn, s, d)) == FERRY_OK) {
     ferry_op op = {.kind = FERRY_OP_COPY, .fn = fn, .src = s, .dst = d, .bytes = s->bytes};
     st = run_now(&op);
   }
@@ -296,23 +301,33 @@ static void queue_end(ferry_queue_obj *q) {
   ferry__leave();
 }
 
-ferry_status ferry_write_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, const void *src, size_t bytes) {
-  static const char fn[] = "ferry_write_async";
+/* A transfer between host memory and `buffer` on a queue of its device. With
+ * `typed`, the whole buffer and the checks of the synchronous typed transfers
+ * (kind, length); else a byte range. The buffer's reference passes to the queue. */
+static ferry_status host_async(const char *fn, ferry_queue queue, ferry_op_kind kind, ferry_buffer buffer,
+                               size_t offset, void *host, size_t bytes, const ferry_array *typed) {
   ferry_queue_obj *q = NULL;
   ferry_status st = queue_begin(queue, fn, &q);
   if (st != FERRY_OK) return st;
   ferry_slot *slot;
-  if ((st = ferry__acquire(dst, fn, &slot)) == FERRY_OK) {
-    if ((st = check_range(fn, slot, dst_offset, bytes, "destination")) == FERRY_OK && !src && bytes > 0)
-      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: src is NULL but bytes is %zu", fn, bytes);
+  if ((st = ferry__acquire(buffer, fn, &slot)) == FERRY_OK) {
+    bool to_device = kind == FERRY_OP_WRITE;
+    if (typed)
+      st = check_typed(fn, *typed, slot, &bytes);
+    else if ((st = check_range(fn, slot, offset, bytes, to_device ? "destination" : "source")) == FERRY_OK && !host &&
+             bytes > 0)
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: %s is NULL but bytes is %zu", fn, to_device ? "src" : "dst",
+                       bytes);
     if (st == FERRY_OK) st = check_queue_device(fn, q, slot, NULL);
     if (st == FERRY_OK) {
-      ferry_op op = {.kind = FERRY_OP_WRITE,
-                     .fn = fn,
-                     .dst = slot,
-                     .dst_offset = dst_offset,
-                     .bytes = bytes,
-                     .host = (void *)(uintptr_t)src};
+      ferry_op op = {.kind = kind, .fn = fn, .bytes = bytes, .host = host};
+      if (to_device) {
+        op.dst = slot;
+        op.dst_offset = offset;
+      } else {
+        op.src = slot;
+        op.src_offset = offset;
+      }
       st = ferry__queue_submit(q, &op); /* takes the reference */
     } else {
       ferry__release(slot);
@@ -322,31 +337,26 @@ ferry_status ferry_write_async(ferry_queue queue, ferry_buffer dst, size_t dst_o
   return st;
 }
 
-ferry_status ferry_read_async(ferry_queue queue, ferry_buffer src, size_t src_offset, void *dst, size_t bytes) {
-  static const char fn[] = "ferry_read_async";
-  ferry_queue_obj *q = NULL;
-  ferry_status st = queue_begin(queue, fn, &q);
-  if (st != FERRY_OK) return st;
-  ferry_slot *slot;
-  if ((st = ferry__acquire(src, fn, &slot)) == FERRY_OK) {
-    if ((st = check_range(fn, slot, src_offset, bytes, "source")) == FERRY_OK && !dst && bytes > 0)
-      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: dst is NULL but bytes is %zu", fn, bytes);
-    if (st == FERRY_OK) st = check_queue_device(fn, q, slot, NULL);
-    if (st == FERRY_OK) {
-      ferry_op op = {
-          .kind = FERRY_OP_READ, .fn = fn, .src = slot, .src_offset = src_offset, .bytes = bytes, .host = dst};
-      st = ferry__queue_submit(q, &op);
-    } else {
-      ferry__release(slot);
-    }
-  }
-  queue_end(q);
-  return st;
+ferry_status ferry_write_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, const void *src, size_t bytes) {
+  return host_async("ferry_write_async", queue, FERRY_OP_WRITE, dst, dst_offset, (void *)(uintptr_t)src, bytes, NULL);
 }
 
-ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
-                              size_t dst_offset, size_t bytes) {
-  static const char fn[] = "ferry_copy_async";
+ferry_status ferry_read_async(ferry_queue queue, ferry_buffer src, size_t src_offset, void *dst, size_t bytes) {
+  return host_async("ferry_read_async", queue, FERRY_OP_READ, src, src_offset, dst, bytes, NULL);
+}
+
+ferry_status ferry_host_to_device_async(ferry_queue queue, ferry_array src, ferry_buffer dst) {
+  return host_async("ferry_host_to_device_async", queue, FERRY_OP_WRITE, dst, 0, src.data, 0, &src);
+}
+
+ferry_status ferry_device_to_host_async(ferry_queue queue, ferry_buffer src, ferry_array dst) {
+  return host_async("ferry_device_to_host_async", queue, FERRY_OP_READ, src, 0, dst.data, 0, &dst);
+}
+
+/* A copy between two buffers on a queue of either's device: a byte range, or with
+ * `whole` the two whole buffers with ferry_device_to_device's checks. */
+static ferry_status copy_async(const char *fn, ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
+                               size_t dst_offset, size_t bytes, bool whole) {
   ferry_queue_obj *q = NULL;
   ferry_status st = queue_begin(queue, fn, &q);
   if (st != FERRY_OK) return st;
@@ -355,11 +365,14 @@ ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_of
     if ((st = ferry__acquire(dst, fn, &d)) != FERRY_OK) {
       ferry__release(s);
     } else {
-      if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
-          (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
-          (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK &&
-          (st = check_range(fn, d, dst_offset, bytes, "destination")) == FERRY_OK)
-        st = check_queue_device(fn, q, d, s);
+      if (whole) {
+        if ((st = check_pair(fn, s, d)) == FERRY_OK) bytes = s->bytes;
+      } else if ((st = check_overflow(fn, src_offset, bytes, "source")) == FERRY_OK &&
+                 (st = check_overflow(fn, dst_offset, bytes, "destination")) == FERRY_OK &&
+                 (st = check_range(fn, s, src_offset, bytes, "source")) == FERRY_OK) {
+        st = check_range(fn, d, dst_offset, bytes, "destination");
+      }
+      if (st == FERRY_OK) st = check_queue_device(fn, q, d, s);
       if (st == FERRY_OK) {
         ferry_op op = {.kind = FERRY_OP_COPY,
                        .fn = fn,
@@ -377,6 +390,15 @@ ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_of
   }
   queue_end(q);
   return st;
+}
+
+ferry_status ferry_copy_async(ferry_queue queue, ferry_buffer src, size_t src_offset, ferry_buffer dst,
+                              size_t dst_offset, size_t bytes) {
+  return copy_async("ferry_copy_async", queue, src, src_offset, dst, dst_offset, bytes, false);
+}
+
+ferry_status ferry_device_to_device_async(ferry_queue queue, ferry_buffer src, ferry_buffer dst) {
+  return copy_async("ferry_device_to_device_async", queue, src, 0, dst, 0, 0, true);
 }
 
 ferry_status ferry_fill_async(ferry_queue queue, ferry_buffer dst, size_t dst_offset, size_t bytes, const void *pattern,

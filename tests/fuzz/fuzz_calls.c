@@ -83,6 +83,16 @@ static void note(const char *fmt, ...) {
   if (n > 0) trace_len += (size_t)n < sizeof trace - trace_len ? (size_t)n : sizeof trace - trace_len - 1;
   if (trace_len + 1 < sizeof trace) trace[trace_len++] = '\n';
   trace[trace_len] = '\0';
+  /* For a crash, which ends the process before the trace is printed: each call as it is made. */
+  static int live = -1;
+  if (live < 0) live = getenv("FERRY_FUZZ_TRACE") && !strcmp(getenv("FERRY_FUZZ_TRACE"), "live");
+  if (live) {
+    va_start(ap, fmt);
+    fprintf(stderr, "  %3d  ", step);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+  }
 }
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
@@ -1157,7 +1167,8 @@ static void call_async_burst(void) {
     } else if (what == 3) { /* fill */
       static const size_t sizes[] = {1, 2, 4};
       size_t ps = sizes[pick(3)];
-      off -= off % ps;
+      /* Aligning must keep a bad offset past the end: round it up, a good one down. */
+      off = bad ? off + (ps - off % ps) % ps : off - off % ps;
       n -= n % ps;
       uint8_t pattern[4] = {take8(), take8(), take8(), take8()};
       snprintf(call, sizeof call, "ferry_fill_async(q, %s, %zu, %zu, pattern, %zu)", handle_text(b, b->handle, text),
@@ -1214,6 +1225,10 @@ static void call_async_burst(void) {
     how = "ferry_event_synchronize";
     st = ferry_event_record(e, q);
     if (st == FERRY_OK) st = ferry_event_synchronize(e);
+    /* A failure that happened before the record is not reported by it: the record is refused
+     * (CANCELLED) and the queue reports. */
+    else if (st == FERRY_ERROR_CANCELLED)
+      st = ferry_queue_synchronize(q);
     ferry_event_destroy(e);
   } else if (way == 2) {
     how = "ferry_device_synchronize";
@@ -1225,9 +1240,12 @@ static void call_async_burst(void) {
     how = "a synchronous ferry_read on the device";
     st = FERRY_OK;
     if (!use_default) st = ferry_queue_synchronize(q);
-    if (st == FERRY_OK && b && b->bytes) {
-      st = ferry_read(b->handle, 0, &byte, 1);
+    /* An empty buffer's read of zero bytes waits too (it is the wait that matters here). */
+    if (st == FERRY_OK && b) {
+      st = ferry_read(b->handle, 0, &byte, b->bytes ? 1 : 0);
       if (st == FERRY_ERROR_CANCELLED) st = ferry_queue_synchronize(q); /* the failure, reported */
+    } else if (st == FERRY_OK) {
+      st = ferry_queue_synchronize(q); /* the burst freed the device's last buffer */
     }
   }
   note("%s -> %s", how, ferry_status_name(st));

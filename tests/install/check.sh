@@ -41,4 +41,12 @@ PKG_CONFIG_PATH="$libdir" pkg-config --print-provides ferry >/dev/null
 cc -std=c11 "$src/tests/install/consumer.c" $flags -o "$work/consumer_pc"
 case "${LD_LIBRARY_PATH:-}" in *"$prefix"*) echo "install: LD_LIBRARY_PATH already names $prefix"; exit 1 ;; esac
 "$work/consumer_pc" || { echo "install: a program built with pkg-config --libs ferry ($flags) does not run"; exit 1; }
+# libferry_mpi, where it was built: ferry::mpi and pkg-config ferry-mpi (with MPI's own flags).
+if [ -f "$prefix/include/ferry_mpi.h" ]; then
+  [ -x "$work/consumer/consumer_mpi" ] || { echo "install: find_package(ferry) gave no ferry::mpi"; exit 1; }
+  mpiflags=$(PKG_CONFIG_PATH="$libdir" pkg-config --cflags --libs ferry-mpi)
+  cc -std=c11 "$src/tests/install/consumer_mpi.c" $mpiflags -o "$work/consumer_mpi_pc" ||
+    { echo "install: a program does not build with pkg-config --cflags --libs ferry-mpi ($mpiflags)"; exit 1; }
+  echo "install: ferry::mpi and pkg-config ferry-mpi build a program"
+fi
 echo "install: find_package(ferry) and pkg-config ferry both work, and their programs run without LD_LIBRARY_PATH"

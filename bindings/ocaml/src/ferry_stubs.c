@@ -518,73 +518,27 @@ CAMLprim value ferry_ml_event_elapsed(value vstart, value vstop) {
   return caml_copy_double(ms);
 }
 
-/* The checks of the synchronous transfers, made before anything is submitted:
- * the async calls of the C API check byte ranges only, the binding's transfers
- * are exact (length and kind). A stale buffer (elem_size 0) is left to ferry,
- * whose submission reports it. */
-static size_t async_array_bytes(const char *fn, ferry_array a, ferry_buffer b) {
-  size_t elem = ferry_elem_size(b);
-  if (elem == 0) return 0;
-  ferry_kind kind = ferry_buffer_kind(b);
-  if (kind != a.kind) {
-    char text[256];
-    snprintf(text, sizeof text, "%s: the buffer holds %s, the array is a %s Bigarray", fn,
-             kind == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(kind), ferry_kind_name(a.kind));
-    raise_text(FERRY_ERROR_KIND_MISMATCH, text);
-  }
-  size_t n = ferry_size(b);
-  if (n != a.length) {
-    char text[256];
-    snprintf(text, sizeof text, "%s: the array has %zu elements, the buffer %zu", fn, a.length, n);
-    raise_text(FERRY_ERROR_SIZE_MISMATCH, text);
-  }
-  return a.length * ferry_kind_size(a.kind);
-}
-
+/* The typed asynchronous calls of the C API: kinds and lengths are checked there,
+ * at submission, with the synchronous transfers' sentences. */
 CAMLprim value ferry_ml_write_async(value vs, value vsrc, value vdst) {
   CAMLparam3(vs, vsrc, vdst);
-  const char *fn = "Memory.host_to_device_async";
-  ferry_array src = array_of(vsrc, fn);
-  ferry_buffer dst = buffer_of(vdst);
-  size_t bytes = async_array_bytes(fn, src, dst);
-  ferry_status st = ferry_write_async(queue_of(vs), dst, 0, src.data, bytes);
+  ferry_array src = array_of(vsrc, "Memory.host_to_device_async");
+  ferry_status st = ferry_host_to_device_async(queue_of(vs), src, buffer_of(vdst));
   if (st != FERRY_OK) raise_status(st);
   CAMLreturn(Val_unit);
 }
 
 CAMLprim value ferry_ml_read_async(value vs, value vsrc, value vdst) {
   CAMLparam3(vs, vsrc, vdst);
-  const char *fn = "Memory.device_to_host_async";
-  ferry_buffer src = buffer_of(vsrc);
-  ferry_array dst = array_of(vdst, fn);
-  size_t bytes = async_array_bytes(fn, dst, src);
-  ferry_status st = ferry_read_async(queue_of(vs), src, 0, dst.data, bytes);
+  ferry_array dst = array_of(vdst, "Memory.device_to_host_async");
+  ferry_status st = ferry_device_to_host_async(queue_of(vs), buffer_of(vsrc), dst);
   if (st != FERRY_OK) raise_status(st);
   CAMLreturn(Val_unit);
 }
 
 CAMLprim value ferry_ml_copy_async(value vs, value vsrc, value vdst) {
   CAMLparam3(vs, vsrc, vdst);
-  const char *fn = "Memory.device_to_device_async";
-  ferry_buffer src = buffer_of(vsrc), dst = buffer_of(vdst);
-  size_t es = ferry_elem_size(src), ed = ferry_elem_size(dst), bytes = 0;
-  if (es != 0 && ed != 0) {
-    ferry_kind ks = ferry_buffer_kind(src), kd = ferry_buffer_kind(dst);
-    char text[256];
-    if (ks != kd || es != ed) {
-      snprintf(text, sizeof text, "%s: the source holds %s (%zu bytes each), the destination %s (%zu bytes each)", fn,
-               ks == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(ks), es,
-               kd == FERRY_CUSTOM ? "custom elements" : ferry_kind_name(kd), ed);
-      raise_text(FERRY_ERROR_KIND_MISMATCH, text);
-    }
-    size_t ns = ferry_size(src), nd = ferry_size(dst);
-    if (ns != nd) {
-      snprintf(text, sizeof text, "%s: the source has %zu elements, the destination %zu", fn, ns, nd);
-      raise_text(FERRY_ERROR_SIZE_MISMATCH, text);
-    }
-    bytes = ns * es;
-  }
-  ferry_status st = ferry_copy_async(queue_of(vs), src, 0, dst, 0, bytes);
+  ferry_status st = ferry_device_to_device_async(queue_of(vs), buffer_of(vsrc), buffer_of(vdst));
   if (st != FERRY_OK) raise_status(st);
   CAMLreturn(Val_unit);
 }

@@ -530,6 +530,37 @@ let streams dev =
   M.free b1;
   M.free b2
 
+let fake_cuda_make_sticky = Fake_cuda_switch.make_sticky
+
+(* A device fault while work is queued (the fake CUDA driver's sticky error, as a
+   kernel fault leaves) is raised by Stream.synchronize; the stream's roots go all
+   the same, and once the device recovers the stream works again. *)
+let failure_at_synchronize dev =
+  let first_cuda = List.find_opt (fun d -> D.backend d = "cuda") (D.all ()) in
+  (* The fault goes to ordinal 0: the first CUDA device. *)
+  if first_cuda = Some dev && fake_cuda_make_sticky 0 0 then begin
+    section dev "a failure raised at synchronize";
+    let n = 1 lsl 16 in
+    let s = S.create dev in
+    let b = M.alloc dev n int32 in
+    M.host_to_device_async ~stream:s ~src:(ints 3 n) ~dst:b;
+    check (fake_cuda_make_sticky 0 700) "the fake driver refused the fault";
+    (match S.synchronize s with
+    | () -> check false "Stream.synchronize returned after a device fault"
+    | exception Ferry.Error (st, text) ->
+        check (st = Ferry.Backend) "Stream.synchronize raised %s: %s" (Ferry.string_of_status st) text;
+        check (contains text "700" || contains text "ILLEGAL") "the sentence does not name the fault: %S" text);
+    ignore (fake_cuda_make_sticky 0 0);
+    let back = Array1.create int32 c_layout n in
+    M.host_to_device_async ~stream:s ~src:(ints 4 n) ~dst:b;
+    M.device_to_host_async ~stream:s ~src:b ~dst:back;
+    S.synchronize s;
+    check (back = ints 4 n) "after the report, the stream did not work again";
+    S.destroy s;
+    M.free b;
+    Printf.printf "  %s: a device fault raised at Stream.synchronize: checked\n%!" (D.name dev)
+  end
+
 (* An event orders two streams of different devices. *)
 let streams_across devices =
   match devices with
@@ -759,6 +790,7 @@ let () =
       framework dev;
       compaction dev;
       streams dev;
+      failure_at_synchronize dev;
       progress dev)
     devices;
   device_to_device devices;

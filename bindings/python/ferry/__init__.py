@@ -3,7 +3,9 @@
 The host CPU, CUDA GPUs, OpenCL devices, Vulkan devices and Apple Metal, through
 one library (libferry): typed buffers, zero-copy and host-pointer buffers over
 NumPy arrays, synchronous transfers, copies between any two devices, and DLPack
-in and out, so that buffers go to NumPy, PyTorch, CuPy and JAX without a copy.
+in and out, so that buffers go to NumPy, PyTorch, CuPy and JAX without a copy;
+queues and events (ferry.Queue, ferry.Event, queue= on the transfers) for work
+that runs while Python goes on.
 
     import numpy as np
     import ferry
@@ -15,6 +17,8 @@ in and out, so that buffers go to NumPy, PyTorch, CuPy and JAX without a copy.
 
 Errors are ferry.Error subclasses, one per ferry status (SizeMismatchError,
 KindMismatchError, StaleBufferError, ...), carrying ferry's sentence and .status.
+ferry.mpi (imported on its own, over mpi4py) moves buffers of any device across
+MPI ranks.
 The guide is docs/PYTHON.md in the ferry repository.
 """
 
@@ -24,17 +28,22 @@ from ._ferry import (
     BackendError,
     BackendInfo,
     Buffer,
+    CancelledError,
     Device,
     Error,
+    Event,
     InvalidArgumentError,
     KindMismatchError,
     NoDeviceError,
+    NotReadyError,
     OutOfMemoryError,
     OutOfRangeError,
     OverflowError,
+    Queue,
     RefusedError,
     SizeMismatchError,
     StaleBufferError,
+    StaleHandleError,
     Stats,
     UnsupportedError,
     backends,
@@ -75,18 +84,23 @@ __all__ = [
     "BackendError",
     "BackendInfo",
     "Buffer",
+    "CancelledError",
     "DLDeviceType",
     "Device",
     "Error",
+    "Event",
     "InvalidArgumentError",
     "KindMismatchError",
     "NoDeviceError",
+    "NotReadyError",
     "OutOfMemoryError",
     "OutOfRangeError",
     "OverflowError",
+    "Queue",
     "RefusedError",
     "SizeMismatchError",
     "StaleBufferError",
+    "StaleHandleError",
     "Stats",
     "UnsupportedError",
     "backends",

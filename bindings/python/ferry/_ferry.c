@@ -12,12 +12,17 @@
  * object's buffer, so the object stays alive exactly as long as ferry uses its
  * memory (also when the buffer was exported and freed).
  *
+ * _C_API (a capsule, _capi.h) hands this extension's libferry to ferry._mpi.
+ *
  * docs/PYTHON.md is the user's guide; ferry/__init__.py documents the API.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include "ferry.h"
+#ifdef FERRY_PY_C_API
+#include "_capi.h"
+#endif
 
 #include <limits.h>
 #include <stdbool.h>
@@ -28,15 +33,20 @@
 
 /* ---- module state ---------------------------------------------------------------- */
 
-static PyObject *numpy_empty;                          /* numpy.empty */
-static PyObject *numpy_asarray;                        /* numpy.asarray */
-static PyObject *numpy_dtype;                          /* numpy.dtype */
-static PyObject *Error;                                /* ferry.Error */
-static PyObject *error_class[FERRY_ERROR_BACKEND + 1]; /* by status */
+static PyObject *numpy_empty;                            /* numpy.empty */
+static PyObject *numpy_asarray;                          /* numpy.asarray */
+static PyObject *numpy_dtype;                            /* numpy.dtype */
+static PyObject *Error;                                  /* ferry.Error */
+static PyObject *error_class[FERRY_ERROR_CANCELLED + 1]; /* by status */
 static PyTypeObject StatsType;
 static PyTypeObject BackendInfoType;
 static unsigned long session = 1; /* moves on at ferry.shutdown(): older devices and buffers are stale */
 static PyObject *device_cache;    /* list of Device, index = ferry's device index; NULL until asked */
+static PyObject *default_queues;  /* dict: device index -> its default Queue, this session's */
+/* Sessions below this one have been shut down completely: no queued work of
+ * theirs runs any more (a session's number goes up when ferry.shutdown() starts,
+ * and this one when it has returned). */
+static unsigned long settled_session = 1;
 
 static bool finalizing(void) {
 #if PY_VERSION_HEX >= 0x030D0000
@@ -60,7 +70,7 @@ static bool finalizing(void) {
 /* ---- errors ------------------------------------------------------------------------ */
 
 static PyObject *class_of(ferry_status st) {
-  if (st > FERRY_OK && st <= FERRY_ERROR_BACKEND && error_class[st]) return error_class[st];
+  if (st > FERRY_OK && st <= FERRY_ERROR_CANCELLED && error_class[st]) return error_class[st];
   return Error;
 }
 
@@ -491,13 +501,76 @@ static bool parse_offset(PyObject *obj, const BufferObject *b, const char *fn, s
   return true;
 }
 
+/* ---- queues: what an asynchronous operation keeps alive ---------------------------- */
+
+/* The array of an asynchronous transfer, held through its buffer view (so that
+ * it can neither go nor be resized) until the operation has completed. A
+ * queue's list is newest first, `seq` strictly decreasing; entries are dropped
+ * only by a call that saw every operation submitted before it complete. */
+typedef struct pending_op {
+  struct pending_op *next;
+  uint64_t seq;
+  Py_buffer view;
+} pending_op;
+
+typedef struct QueueObject {
+  PyObject_HEAD ferry_queue handle;
+  PyObject *device; /* its Device */
+  unsigned long session;
+  bool is_default, destroyed;
+  uint64_t next_seq; /* the seq of the next operation kept */
+  pending_op *pending;
+} QueueObject;
+
+static PyTypeObject QueueType;
+
+/* Drops what the operations numbered below `upto` kept. The list is cut first:
+ * releasing a view may run Python code, which may submit to this queue. */
+static void queue_release(QueueObject *q, uint64_t upto) {
+  pending_op **link = &q->pending;
+  while (*link && (*link)->seq >= upto)
+    link = &(*link)->next;
+  pending_op *old = *link;
+  *link = NULL;
+  while (old) {
+    pending_op *next = old->next;
+    PyBuffer_Release(&old->view);
+    PyMem_Free(old);
+    old = next;
+  }
+}
+
+/* The queue's handle is usable; else raises StaleHandleError. */
+static bool queue_live(QueueObject *q, const char *fn) {
+  if (!q->destroyed && q->session == session) return true;
+  if (q->session < settled_session) queue_release(q, UINT64_MAX); /* the shutdown waited for its work */
+  raise_format(FERRY_ERROR_STALE_HANDLE, "%s: the queue (handle 0x%llx) was %s", fn, (unsigned long long)q->handle.id,
+               q->destroyed ? "destroyed" : "released by ferry.shutdown()");
+  return false;
+}
+
+/* A `queue=` argument: a ferry.Queue, or None for a synchronous call. */
+static bool queue_arg(const char *fn, PyObject *obj, QueueObject **out) {
+  *out = NULL;
+  if (obj == Py_None) return true;
+  if (!PyObject_TypeCheck(obj, &QueueType)) {
+    PyErr_Format(PyExc_TypeError, "%s: queue must be a ferry.Queue or None, not %s", fn, Py_TYPE(obj)->tp_name);
+    return false;
+  }
+  *out = (QueueObject *)obj;
+  return true;
+}
+
 /* The arguments of write and read: one optional positional, an `offset` keyword. */
 static bool parse_transfer_args(const char *fn, const char *first, PyObject *const *args, Py_ssize_t nargs,
-                                PyObject *kwnames, bool first_required, PyObject **out_first, PyObject **out_offset) {
+                                PyObject *kwnames, bool first_required, PyObject **out_first, PyObject **out_offset,
+                                QueueObject **out_queue) {
   *out_first = NULL;
   *out_offset = NULL;
+  *out_queue = NULL;
   if (nargs > 1 || (first_required && nargs < 1 && !kwnames)) {
-    PyErr_Format(PyExc_TypeError, "%s takes %s (and offset=)", fn, first_required ? "one array" : "at most one array");
+    PyErr_Format(PyExc_TypeError, "%s takes %s (and offset=, queue=)", fn,
+                 first_required ? "one array" : "at most one array");
     return false;
   }
   if (nargs == 1) *out_first = args[0];
@@ -506,6 +579,8 @@ static bool parse_transfer_args(const char *fn, const char *first, PyObject *con
     PyObject *key = PyTuple_GET_ITEM(kwnames, i);
     if (PyUnicode_CompareWithASCIIString(key, "offset") == 0) {
       *out_offset = args[nargs + i];
+    } else if (PyUnicode_CompareWithASCIIString(key, "queue") == 0) {
+      if (!queue_arg(fn, args[nargs + i], out_queue)) return false;
     } else if (PyUnicode_CompareWithASCIIString(key, first) == 0 && !*out_first) {
       *out_first = args[nargs + i];
     } else {
@@ -523,8 +598,12 @@ static bool parse_transfer_args(const char *fn, const char *first, PyObject *con
 
 /* Moves the bytes between `array` and the buffer, in either direction: the
  * whole buffer with exact sizes, or the array's bytes at `offset` bytes (a
- * range) when `ranged`. The GIL is released while the bytes move. */
-static bool transfer(const char *fn, BufferObject *b, PyObject *array, bool to_host, bool ranged, size_t offset) {
+ * range) when `ranged`. The GIL is released while the bytes move. With a queue,
+ * the transfer is submitted to it and the array's view is kept until the
+ * operation has completed. */
+static bool transfer(const char *fn, BufferObject *b, PyObject *array, bool to_host, bool ranged, size_t offset,
+                     QueueObject *q) {
+  if (q && !queue_live(q, fn)) return false;
   Py_buffer view;
   if (!get_array(array, &view, to_host, fn)) return false;
   if (!check_array_type(fn, &view, b)) {
@@ -535,51 +614,94 @@ static bool transfer(const char *fn, BufferObject *b, PyObject *array, bool to_h
   size_t n = view_elements(&view), bytes = (size_t)view.len;
   ferry_kind kind = b->type.kind;
   ferry_buffer h = b->handle;
-  Py_BEGIN_ALLOW_THREADS;
-  if (ranged)
-    st = to_host ? ferry_read(h, offset, view.buf, bytes) : ferry_write(h, offset, view.buf, bytes);
-  else if (kind == FERRY_CUSTOM)
-    st = to_host ? ferry_device_to_host_ptr(h, view.buf, bytes) : ferry_host_ptr_to_device(view.buf, bytes, h);
-  else
-    st = to_host ? ferry_device_to_host(h, ferry_array_of(view.buf, n, kind))
-                 : ferry_host_to_device(ferry_array_of(view.buf, n, kind), h);
-  Py_END_ALLOW_THREADS;
+  pending_op *keep = NULL;
+  if (q) {
+    /* Made before the submission: once submitted, the view must be kept. */
+    if (!(keep = PyMem_Malloc(sizeof *keep))) {
+      PyBuffer_Release(&view);
+      PyErr_NoMemory();
+      return false;
+    }
+    size_t whole = b->length * b->type.elem_size;
+    if (kind == FERRY_CUSTOM && !ranged && bytes != whole) {
+      PyMem_Free(keep);
+      PyBuffer_Release(&view);
+      raise_format(FERRY_ERROR_SIZE_MISMATCH, "%s: the array has %zu bytes, the buffer %zu (%zu records of %zu bytes)",
+                   fn, bytes, whole, b->length, b->type.elem_size);
+      return false;
+    }
+    ferry_queue qh = q->handle;
+    Py_BEGIN_ALLOW_THREADS;
+    if (ranged || kind == FERRY_CUSTOM)
+      st = to_host ? ferry_read_async(qh, h, offset, view.buf, bytes)
+                   : ferry_write_async(qh, h, offset, view.buf, bytes);
+    else
+      st = to_host ? ferry_device_to_host_async(qh, h, ferry_array_of(view.buf, n, kind))
+                   : ferry_host_to_device_async(qh, ferry_array_of(view.buf, n, kind), h);
+    Py_END_ALLOW_THREADS;
+    if (st == FERRY_OK) {
+      keep->seq = q->next_seq++;
+      keep->view = view;
+      keep->next = q->pending;
+      q->pending = keep;
+      return true;
+    }
+    PyMem_Free(keep);
+  } else {
+    Py_BEGIN_ALLOW_THREADS;
+    if (ranged)
+      st = to_host ? ferry_read(h, offset, view.buf, bytes) : ferry_write(h, offset, view.buf, bytes);
+    else if (kind == FERRY_CUSTOM)
+      st = to_host ? ferry_device_to_host_ptr(h, view.buf, bytes) : ferry_host_ptr_to_device(view.buf, bytes, h);
+    else
+      st = to_host ? ferry_device_to_host(h, ferry_array_of(view.buf, n, kind))
+                   : ferry_host_to_device(ferry_array_of(view.buf, n, kind), h);
+    Py_END_ALLOW_THREADS;
+  }
   PyBuffer_Release(&view);
   if (st != FERRY_OK) raise_ferry(st);
   return st == FERRY_OK;
 }
 
 PyDoc_STRVAR(buffer_write_doc,
-             "write(array, /, *, offset=None)\n--\n\n"
+             "write(array, /, *, offset=None, queue=None)\n--\n\n"
              "Copies the array into the buffer. The array must have the buffer's dtype (any shape,\n"
              "C-contiguous); nothing is converted or clamped. Without offset, it must have exactly the\n"
              "buffer's number of elements (SizeMismatchError); with offset, its elements go to\n"
              "elements offset.. of the buffer (OutOfRangeError past the end). The GIL is released\n"
-             "while the bytes move.");
+             "while the bytes move. With queue (a ferry.Queue of the buffer's device), the write is\n"
+             "submitted to the queue and the call returns at once; the array is kept alive (and\n"
+             "cannot be resized) until the write has completed: do not change it before then.");
 
 static PyObject *buffer_write(BufferObject *b, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char fn[] = "Buffer.write";
   PyObject *array, *offset_obj;
-  if (!parse_transfer_args(fn, "array", args, nargs, kwnames, true, &array, &offset_obj)) return NULL;
+  QueueObject *q;
+  if (!parse_transfer_args(fn, "array", args, nargs, kwnames, true, &array, &offset_obj, &q)) return NULL;
   if (!buffer_live(b)) return NULL;
   size_t offset_elements = 0, offset = 0;
   if (offset_obj && !parse_offset(offset_obj, b, fn, &offset_elements, &offset)) return NULL;
-  if (!transfer(fn, b, array, false, offset_obj != NULL, offset)) return NULL;
+  if (!transfer(fn, b, array, false, offset_obj != NULL, offset, q)) return NULL;
   Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(buffer_read_doc,
-             "read(out=None, *, offset=None)\n--\n\n"
+             "read(out=None, *, offset=None, queue=None)\n--\n\n"
              "Copies the buffer into `out` (a C-contiguous, writable array of the buffer's dtype) and\n"
              "returns it; without `out`, into a new 1-D NumPy array. Without offset, `out` must have\n"
              "exactly the buffer's number of elements; with offset, `out` receives elements offset..\n"
-             "(without `out`: offset to the end). The GIL is released while the bytes move.");
+             "(without `out`: offset to the end). The GIL is released while the bytes move. With queue\n"
+             "(a ferry.Queue of the buffer's device), the read is submitted to the queue and the array\n"
+             "is returned at once: its contents are the buffer's once the queue (or an event recorded\n"
+             "after the read) has been synchronised; until then it is kept alive and must not be used.");
 
 static PyObject *buffer_read(BufferObject *b, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
   static const char fn[] = "Buffer.read";
   PyObject *out, *offset_obj;
-  if (!parse_transfer_args(fn, "out", args, nargs, kwnames, false, &out, &offset_obj)) return NULL;
+  QueueObject *q;
+  if (!parse_transfer_args(fn, "out", args, nargs, kwnames, false, &out, &offset_obj, &q)) return NULL;
   if (!buffer_live(b)) return NULL;
+  if (q && !queue_live(q, fn)) return NULL;
   size_t offset_elements = 0, offset = 0;
   if (offset_obj && !parse_offset(offset_obj, b, fn, &offset_elements, &offset)) return NULL;
   if (out == NULL || out == Py_None) {
@@ -592,17 +714,24 @@ static PyObject *buffer_read(BufferObject *b, PyObject *const *args, Py_ssize_t 
     Py_INCREF(out);
   }
   if (!out) return NULL;
-  if (!transfer(fn, b, out, true, offset_obj != NULL, offset)) {
+  if (!transfer(fn, b, out, true, offset_obj != NULL, offset, q)) {
     Py_DECREF(out);
     return NULL;
   }
   return out;
 }
 
-PyDoc_STRVAR(buffer_copy_to_doc, "copy_to(other, /)\n--\n\n"
-                                 "Copies this buffer into `other`, on any device: the same dtype and length.");
+PyDoc_STRVAR(buffer_copy_to_doc, "copy_to(other, /, *, queue=None)\n--\n\n"
+                                 "Copies this buffer into `other`, on any device: the same dtype and length.\n"
+                                 "With queue (a ferry.Queue of either buffer's device), the copy is submitted\n"
+                                 "to it and the call returns at once.");
 
-static PyObject *buffer_copy_to(BufferObject *b, PyObject *other) {
+static PyObject *buffer_copy_to(BufferObject *b, PyObject *args, PyObject *kwargs) {
+  static char *names[] = {"", "queue", NULL};
+  PyObject *other, *queue_obj = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|$O:copy_to", names, &other, &queue_obj)) return NULL;
+  QueueObject *q;
+  if (!queue_arg("Buffer.copy_to", queue_obj, &q)) return NULL;
   if (!PyObject_TypeCheck(other, &BufferType)) {
     PyErr_Format(PyExc_TypeError, "Buffer.copy_to needs a ferry.Buffer, not %s", Py_TYPE(other)->tp_name);
     return NULL;
@@ -615,10 +744,12 @@ static PyObject *buffer_copy_to(BufferObject *b, PyObject *other) {
     dtype_name(o->type, c);
     return raise_format(FERRY_ERROR_KIND_MISMATCH, "Buffer.copy_to: this buffer holds %s, the other %s", a, c);
   }
+  if (q && !queue_live(q, "Buffer.copy_to")) return NULL;
   ferry_status st;
   ferry_buffer src = b->handle, dst = o->handle;
+  ferry_queue qh = q ? q->handle : FERRY_NULL_QUEUE;
   Py_BEGIN_ALLOW_THREADS;
-  st = ferry_device_to_device(src, dst);
+  st = q ? ferry_device_to_device_async(qh, src, dst) : ferry_device_to_device(src, dst);
   Py_END_ALLOW_THREADS;
   if (st != FERRY_OK) return raise_ferry(st);
   Py_RETURN_NONE;
@@ -725,9 +856,10 @@ static bool parse_max_version(PyObject *obj, bool *versioned) {
 }
 
 /* Reads __dlpack__'s stream: None, or an int that can be a stream (-1: none,
- * else a handle of 64 bits). *has_stream is false for None and -1. */
-static bool parse_stream(PyObject *obj, bool *has_stream) {
-  *has_stream = false;
+ * else a handle of 64 bits). *wait is false for -1 only: the consumer asks for
+ * no synchronisation. */
+static bool parse_stream(PyObject *obj, bool *wait) {
+  *wait = true;
   if (obj == Py_None) return true;
   if (!PyLong_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be an int or None, not %R", obj);
@@ -748,7 +880,7 @@ static bool parse_stream(PyObject *obj, bool *has_stream) {
     PyErr_Format(PyExc_ValueError, "__dlpack__: stream %S is no stream: a stream is -1 (none) or a 64-bit handle", obj);
     return false;
   }
-  *has_stream = overflow > 0 || v != -1;
+  *wait = overflow > 0 || v != -1;
   return true;
 }
 
@@ -758,7 +890,11 @@ PyDoc_STRVAR(buffer_dlpack_doc,
              "max_version is (1, x) or later, else \"dltensor\". The consumer shares the buffer's memory,\n"
              "which stays valid until the consumer releases it, also after free(). copy=True, or a\n"
              "dl_device other than the buffer's, exports a copy (on that device); copy=False refuses\n"
-             "to copy (BufferError). On CUDA, a stream other than None and -1 waits for the device.\n"
+             "to copy (BufferError). Unless stream is -1, the device's queued work (ferry's queues; on\n"
+             "CUDA the program's work too) is waited for first, so that the consumer may use the\n"
+             "memory on any stream of its; stream=-1 waits for nothing. A stream for an OpenCL, Vulkan\n"
+             "or Metal buffer, whose DLPack data is an object handle, is refused (BufferError): DLPack\n"
+             "defines none, and mpi4py passes one before it takes the handle for host memory.\n"
              "max_version and dl_device are tuples of two ints and stream an int or None (TypeError\n"
              "otherwise; ValueError for values no version, device or stream can have).");
 
@@ -771,16 +907,38 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
   if (!buffer_live(b)) return NULL;
   DeviceObject *d = (DeviceObject *)b->device;
   if (!device_live(d)) return NULL;
-  bool versioned = false, has_stream = false;
+  bool versioned = false, wait = true;
   if (max_version != Py_None && !parse_max_version(max_version, &versioned)) return NULL;
   int copy = copy_obj == Py_None ? -1 : PyObject_IsTrue(copy_obj);
   if (copy_obj != Py_None && copy < 0) return NULL;
-  if (!parse_stream(stream, &has_stream)) return NULL;
+  if (!parse_stream(stream, &wait)) return NULL;
   ferry_dl_device own;
   ferry_device *target = d->dev;
   ferry_status st;
   WITHOUT_GIL(st = ferry_dlpack_device(target, &own));
   if (st != FERRY_OK) return raise_ferry(st);
+  /* The array API defines streams for CUDA and ROCm only. An OpenCL, Vulkan or
+   * Metal buffer's DLPack data is an object handle, and the consumer that passes
+   * a stream for one anyway (mpi4py 3: Comm.Send and friends call
+   * __dlpack__(stream=-1) on any device that is not the CPU's) hands that handle
+   * to MPI as if it were host memory: wrong bytes, silently. Refused, loudly. */
+  bool handle_data =
+      own.device_type == FERRY_DL_OPENCL || own.device_type == FERRY_DL_VULKAN || own.device_type == FERRY_DL_METAL;
+  if (stream != Py_None && handle_data && dl_device_obj == Py_None) {
+    PyErr_Format(PyExc_BufferError,
+                 "__dlpack__: stream=%S for a buffer on DLPack device (%d, %d) (%s): its DLPack data is the "
+                 "buffer's %s, not memory the CPU can read, and DLPack defines no streams for it. A consumer "
+                 "that passes one takes the handle for host memory (mpi4py's Comm.Send, Recv and the other "
+                 "buffer calls do): move the buffer with ferry.mpi, or read it into a NumPy array first",
+                 stream, own.device_type, own.device_id,
+                 own.device_type == FERRY_DL_OPENCL   ? "OpenCL"
+                 : own.device_type == FERRY_DL_VULKAN ? "Vulkan"
+                                                      : "Metal",
+                 own.device_type == FERRY_DL_OPENCL   ? "cl_mem"
+                 : own.device_type == FERRY_DL_VULKAN ? "VkBuffer"
+                                                      : "id<MTLBuffer>");
+    return NULL;
+  }
   bool need_copy = copy == 1;
   if (dl_device_obj != Py_None) {
     ferry_dl_device want;
@@ -800,9 +958,11 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
       need_copy = true;
     }
   }
-  /* Work the user queued on the device through its native handles is complete
-   * before the consumer's stream uses the memory (ferry's own transfers always are). */
-  if (has_stream && own.device_type == FERRY_DL_CUDA) {
+  /* Unless the consumer asks for no synchronisation (stream=-1), the work queued on
+   * the device (ferry's queues, and on CUDA the program's own work through the
+   * native handles) is complete before the consumer uses the memory, on any stream
+   * of its: waited for here, on the host, without the GIL. */
+  if (wait) {
     ferry_device *dev = d->dev;
     Py_BEGIN_ALLOW_THREADS;
     st = ferry_device_synchronize(dev);
@@ -1069,7 +1229,7 @@ static PySequenceMethods buffer_as_sequence = {.sq_length = (lenfunc)buffer_len}
 static PyMethodDef buffer_methods[] = {
     {"write", (PyCFunction)(void (*)(void))buffer_write, METH_FASTCALL | METH_KEYWORDS, buffer_write_doc},
     {"read", (PyCFunction)(void (*)(void))buffer_read, METH_FASTCALL | METH_KEYWORDS, buffer_read_doc},
-    {"copy_to", (PyCFunction)buffer_copy_to, METH_O, buffer_copy_to_doc},
+    {"copy_to", (PyCFunction)(void (*)(void))buffer_copy_to, METH_VARARGS | METH_KEYWORDS, buffer_copy_to_doc},
     {"free", (PyCFunction)buffer_free, METH_NOARGS, buffer_free_doc},
     {"__enter__", (PyCFunction)buffer_enter, METH_NOARGS, "Returns the buffer; `with` frees it at exit."},
     {"__exit__", (PyCFunction)buffer_exit, METH_VARARGS, "Frees the buffer."},
@@ -1330,6 +1490,13 @@ static PyObject *device_stats(DeviceObject *d, PyObject *unused) {
   return r;
 }
 
+/* Device.native() and Queue.native(): the handles as a dict of ints. */
+static PyObject *native_dict(const ferry_native *n) {
+  return Py_BuildValue("{s:K,s:K,s:K,s:I}", "device", (unsigned long long)n->device, "context",
+                       (unsigned long long)n->context, "queue", (unsigned long long)n->queue, "queue_family",
+                       (unsigned int)n->queue_family);
+}
+
 static PyObject *device_native(DeviceObject *d, PyObject *unused) {
   (void)unused;
   if (!device_live(d)) return NULL;
@@ -1338,9 +1505,7 @@ static PyObject *device_native(DeviceObject *d, PyObject *unused) {
   ferry_device *dev = d->dev;
   WITHOUT_GIL(st = ferry_device_native(dev, &n));
   if (st != FERRY_OK) return raise_ferry(st);
-  return Py_BuildValue("{s:K,s:K,s:K,s:I}", "device", (unsigned long long)n.device, "context",
-                       (unsigned long long)n.context, "queue", (unsigned long long)n.queue, "queue_family",
-                       (unsigned int)n.queue_family);
+  return native_dict(&n);
 }
 
 static PyObject *device_dlpack_device(DeviceObject *d, PyObject *unused) {
@@ -1395,6 +1560,8 @@ static PyObject *device_get_backend(DeviceObject *d, void *unused) {
   return d->backend;
 }
 
+static PyObject *device_default_queue(DeviceObject *d, void *unused);
+
 static PyGetSetDef device_getset[] = {
     {"index", (getter)device_get_index, NULL, "Global index, 0 .. len(ferry.devices())-1.", NULL},
     {"backend_index", (getter)device_get_backend_index, NULL, "Index among its backend's devices.", NULL},
@@ -1408,6 +1575,8 @@ static PyGetSetDef device_getset[] = {
     {"host_ptr", (getter)device_get_host_ptr, NULL, "alloc_host_ptr can succeed on this device.", NULL},
     {"host_ptr_alignment", (getter)device_get_host_ptr_alignment, NULL,
      "Alignment alloc_host_ptr needs of the array's address and byte length.", NULL},
+    {"default_queue", (getter)device_default_queue, NULL,
+     "The device's own ferry.Queue (the same object every time), which the synchronous calls wait for.", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1423,6 +1592,517 @@ static PyTypeObject DeviceType = {
 };
 
 /* ---- module functions ------------------------------------------------------------------------ */
+
+/* ---- Queue and Event ------------------------------------------------------------------ */
+
+/* Was the queue's work waited for, whatever the status? (A stale or refused
+ * handle was not; a failure of the work was, and is over.) */
+static bool waited_for(ferry_status st) {
+  return st != FERRY_ERROR_STALE_HANDLE && st != FERRY_ERROR_INVALID_ARGUMENT && st != FERRY_NOT_READY;
+}
+
+static PyObject *queue_wrap(ferry_queue h, PyObject *device, bool is_default) {
+  QueueObject *q = PyObject_New(QueueObject, &QueueType);
+  if (!q) return NULL;
+  q->handle = h;
+  Py_INCREF(device);
+  q->device = device;
+  q->session = session;
+  q->is_default = is_default;
+  q->destroyed = false;
+  q->next_seq = 0;
+  q->pending = NULL;
+  return (PyObject *)q;
+}
+
+static PyObject *queue_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  (void)type;
+  static char *names[] = {"device", NULL};
+  PyObject *dev_obj;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O:Queue", names, &dev_obj)) return NULL;
+  if (!PyObject_TypeCheck(dev_obj, &DeviceType)) {
+    PyErr_Format(PyExc_TypeError, "ferry.Queue needs a ferry.Device, not %s", Py_TYPE(dev_obj)->tp_name);
+    return NULL;
+  }
+  DeviceObject *d = (DeviceObject *)dev_obj;
+  if (!device_live(d)) return NULL;
+  ferry_queue h = FERRY_NULL_QUEUE;
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_queue_create(dev, &h));
+  if (st != FERRY_OK) return raise_ferry(st);
+  PyObject *q = queue_wrap(h, dev_obj, false);
+  if (!q) WITHOUT_GIL(ferry_queue_destroy(h));
+  return q;
+}
+
+/* The device's default queue: one Queue object per device and session. */
+static PyObject *device_default_queue(DeviceObject *d, void *unused) {
+  (void)unused;
+  if (!device_live(d)) return NULL;
+  PyObject *key = PyLong_FromSize_t(d->info.index);
+  if (!key) return NULL;
+  if (!default_queues && !(default_queues = PyDict_New())) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  PyObject *q = PyDict_GetItemWithError(default_queues, key);
+  if (q) {
+    Py_DECREF(key);
+    Py_INCREF(q);
+    return q;
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  ferry_queue h = FERRY_NULL_QUEUE;
+  ferry_status st;
+  ferry_device *dev = d->dev;
+  WITHOUT_GIL(st = ferry_queue_default(dev, &h));
+  if (st != FERRY_OK) {
+    Py_DECREF(key);
+    return raise_ferry(st);
+  }
+  q = queue_wrap(h, (PyObject *)d, true);
+  if (q && PyDict_SetItem(default_queues, key, q) < 0) Py_CLEAR(q);
+  Py_DECREF(key);
+  return q;
+}
+
+/* A queue collected by Python: its work is waited for (a queue of its own is
+ * destroyed), and only then is what its operations kept let go. A failure not
+ * yet reported cannot be raised here: it is reported as an unraisable error. */
+static void queue_dealloc(QueueObject *q) {
+  if (q->session == session && !q->destroyed) {
+    ferry_queue h = q->handle;
+    ferry_status st = FERRY_OK;
+    if (!q->is_default)
+      WITHOUT_GIL(st = ferry_queue_destroy(h));
+    else if (q->pending)
+      WITHOUT_GIL(st = ferry_queue_synchronize(h));
+    if (st != FERRY_OK) {
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
+      raise_ferry(st);
+      PyErr_WriteUnraisable(Py_None);
+      PyErr_Restore(type, value, tb);
+    }
+    queue_release(q, UINT64_MAX);
+  } else if (q->session < settled_session || q->destroyed) {
+    queue_release(q, UINT64_MAX); /* its session's shutdown has waited for the work */
+  }
+  /* Else a ferry.shutdown() of its session is still running on another thread and
+   * may still be moving these arrays' bytes: they are left alive. */
+  Py_XDECREF(q->device);
+  PyObject_Free(q);
+}
+
+static PyObject *queue_repr(QueueObject *q) {
+  DeviceObject *d = (DeviceObject *)q->device;
+  char text[256];
+  snprintf(text, sizeof text, "<ferry.Queue %s0x%llx of device %zu (%s)%s>", q->is_default ? "default, " : "",
+           (unsigned long long)q->handle.id, d->info.index, d->info.backend,
+           q->destroyed            ? ", destroyed"
+           : q->session != session ? ", stale"
+                                   : "");
+  return PyUnicode_FromString(text);
+}
+
+PyDoc_STRVAR(queue_synchronize_doc, "synchronize()\n--\n\n"
+                                    "Waits (without the GIL) until everything submitted to the queue has completed;\n"
+                                    "raises a failure of its work not yet reported (then the queue works again).");
+
+static PyObject *queue_synchronize(QueueObject *q, PyObject *unused) {
+  (void)unused;
+  if (!queue_live(q, "Queue.synchronize")) return NULL;
+  uint64_t upto = q->next_seq;
+  ferry_queue h = q->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_queue_synchronize(h));
+  if (waited_for(st)) queue_release(q, upto);
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(queue_query_doc, "query()\n--\n\n"
+                              "True when everything submitted has completed, False while work runs; never\n"
+                              "waits. Raises a failure of the queue's work not yet reported.");
+
+static PyObject *queue_query(QueueObject *q, PyObject *unused) {
+  (void)unused;
+  if (!queue_live(q, "Queue.query")) return NULL;
+  uint64_t upto = q->next_seq;
+  ferry_queue h = q->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_queue_query(h));
+  if (st == FERRY_NOT_READY) Py_RETURN_FALSE;
+  if (waited_for(st)) queue_release(q, upto);
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_TRUE;
+}
+
+PyDoc_STRVAR(queue_destroy_doc, "destroy()\n--\n\n"
+                                "Waits for the queue's work, then frees the queue; later use raises StaleHandleError.\n"
+                                "Destroying again does nothing. A device's default queue cannot be destroyed\n"
+                                "(InvalidArgumentError). Raises a failure of its work not yet reported (the queue is\n"
+                                "freed all the same).");
+
+static PyObject *queue_destroy(QueueObject *q, PyObject *unused) {
+  (void)unused;
+  if (q->destroyed || q->session != session) Py_RETURN_NONE;
+  ferry_queue h = q->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_queue_destroy(h));
+  if (st == FERRY_ERROR_INVALID_ARGUMENT || st == FERRY_ERROR_STALE_HANDLE) return raise_ferry(st);
+  q->destroyed = true;
+  queue_release(q, UINT64_MAX);
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *queue_enter(QueueObject *q, PyObject *unused) {
+  (void)unused;
+  if (!queue_live(q, "Queue.__enter__")) return NULL;
+  Py_INCREF(q);
+  return (PyObject *)q;
+}
+
+static PyObject *queue_exit(QueueObject *q, PyObject *args) {
+  (void)args;
+  PyObject *r = q->is_default ? queue_synchronize(q, NULL) : queue_destroy(q, NULL);
+  if (!r) return NULL;
+  Py_DECREF(r);
+  Py_RETURN_FALSE;
+}
+
+PyDoc_STRVAR(queue_native_doc, "native()\n--\n\n"
+                               "The native queue under this one, as a dict: queue (CUstream, cl_command_queue,\n"
+                               "VkQueue or MTLCommandQueue, as an int; 0 on the host devices), queue_family, and\n"
+                               "the device's device and context. UnsupportedError where the backend's queues do\n"
+                               "not run on a native queue yet.");
+
+static PyObject *queue_native(QueueObject *q, PyObject *unused) {
+  (void)unused;
+  if (!queue_live(q, "Queue.native")) return NULL;
+  ferry_native n;
+  ferry_status st;
+  ferry_queue h = q->handle;
+  WITHOUT_GIL(st = ferry_queue_native(h, &n));
+  if (st != FERRY_OK) return raise_ferry(st);
+  return native_dict(&n);
+}
+
+typedef struct EventObject {
+  PyObject_HEAD ferry_event handle;
+  unsigned long session;
+  bool destroyed;
+  QueueObject *recorded_on; /* the queue of the last record (a reference), NULL before one */
+  uint64_t recorded_upto;   /* that queue's next_seq then */
+} EventObject;
+
+static PyTypeObject EventType;
+
+static bool event_live(EventObject *e, const char *fn) {
+  if (!e->destroyed && e->session == session) return true;
+  raise_format(FERRY_ERROR_STALE_HANDLE, "%s: the event (handle 0x%llx) was %s", fn, (unsigned long long)e->handle.id,
+               e->destroyed ? "destroyed" : "released by ferry.shutdown()");
+  return false;
+}
+
+static bool event_arg(const char *fn, PyObject *obj, EventObject **out) {
+  if (!PyObject_TypeCheck(obj, &EventType)) {
+    PyErr_Format(PyExc_TypeError, "%s needs a ferry.Event, not %s", fn, Py_TYPE(obj)->tp_name);
+    return false;
+  }
+  *out = (EventObject *)obj;
+  return event_live(*out, fn);
+}
+
+static PyObject *event_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  (void)type;
+  if (!PyArg_ParseTuple(args, ":Event") || (kwargs && PyDict_Size(kwargs) > 0)) {
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "ferry.Event() takes no arguments");
+    return NULL;
+  }
+  ferry_event h = FERRY_NULL_EVENT;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_create(&h));
+  if (st != FERRY_OK) return raise_ferry(st);
+  EventObject *e = PyObject_New(EventObject, &EventType);
+  if (!e) {
+    WITHOUT_GIL(ferry_event_destroy(h));
+    return NULL;
+  }
+  e->handle = h;
+  e->session = session;
+  e->destroyed = false;
+  e->recorded_on = NULL;
+  e->recorded_upto = 0;
+  return (PyObject *)e;
+}
+
+static void event_dealloc(EventObject *e) {
+  if (!e->destroyed && e->session == session) {
+    ferry_event h = e->handle;
+    WITHOUT_GIL(ferry_event_destroy(h));
+  }
+  Py_XDECREF(e->recorded_on);
+  PyObject_Free(e);
+}
+
+static PyObject *event_repr(EventObject *e) {
+  char text[128];
+  snprintf(text, sizeof text, "<ferry.Event 0x%llx%s>", (unsigned long long)e->handle.id,
+           e->destroyed            ? ", destroyed"
+           : e->session != session ? ", stale"
+                                   : "");
+  return PyUnicode_FromString(text);
+}
+
+PyDoc_STRVAR(event_record_doc, "record(queue, /)\n--\n\n"
+                               "Captures all work submitted to the queue so far (recording again replaces the\n"
+                               "capture, on any queue of any device).");
+
+static PyObject *event_record(EventObject *e, PyObject *queue_obj) {
+  QueueObject *q;
+  if (!event_live(e, "Event.record")) return NULL;
+  if (!PyObject_TypeCheck(queue_obj, &QueueType)) {
+    PyErr_Format(PyExc_TypeError, "Event.record needs a ferry.Queue, not %s", Py_TYPE(queue_obj)->tp_name);
+    return NULL;
+  }
+  q = (QueueObject *)queue_obj;
+  if (!queue_live(q, "Event.record")) return NULL;
+  uint64_t upto = q->next_seq;
+  ferry_event eh = e->handle;
+  ferry_queue qh = q->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_record(eh, qh));
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_INCREF(q);
+  Py_XSETREF(e->recorded_on, q);
+  e->recorded_upto = upto;
+  Py_RETURN_NONE;
+}
+
+/* After a wait that saw the capture complete: what the operations it covers kept
+ * goes, unless the event was recorded again meanwhile. */
+static void event_settled(EventObject *e, QueueObject *on, uint64_t upto) {
+  if (on && e->recorded_on == on && e->recorded_upto == upto && on->session == session && !on->destroyed)
+    queue_release(on, upto);
+}
+
+PyDoc_STRVAR(event_synchronize_doc, "synchronize()\n--\n\n"
+                                    "Waits (without the GIL) until the captured work has completed; raises a failure\n"
+                                    "of the queue it was recorded on not yet reported.");
+
+static PyObject *event_synchronize(EventObject *e, PyObject *unused) {
+  (void)unused;
+  if (!event_live(e, "Event.synchronize")) return NULL;
+  QueueObject *on = e->recorded_on;
+  uint64_t upto = e->recorded_upto;
+  Py_XINCREF(on);
+  ferry_event h = e->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_synchronize(h));
+  if (waited_for(st)) event_settled(e, on, upto);
+  Py_XDECREF(on);
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(event_query_doc, "query()\n--\n\n"
+                              "True once the captured work has completed (an event never recorded is), False\n"
+                              "before; never waits.");
+
+static PyObject *event_query(EventObject *e, PyObject *unused) {
+  (void)unused;
+  if (!event_live(e, "Event.query")) return NULL;
+  QueueObject *on = e->recorded_on;
+  uint64_t upto = e->recorded_upto;
+  ferry_event h = e->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_query(h));
+  if (st == FERRY_NOT_READY) Py_RETURN_FALSE;
+  Py_XINCREF(on);
+  if (waited_for(st)) event_settled(e, on, upto);
+  Py_XDECREF(on);
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_TRUE;
+}
+
+PyDoc_STRVAR(event_elapsed_doc, "elapsed_time(end, /)\n--\n\n"
+                                "Milliseconds from this event's completion to `end`'s (negative if `end` completed\n"
+                                "first), both recorded on queues of one device, from the device's clock where it has\n"
+                                "one, else the host's. InvalidArgumentError if either was never recorded or they were\n"
+                                "recorded on different devices; NotReadyError if either has not completed.");
+
+static PyObject *event_elapsed(EventObject *e, PyObject *end_obj) {
+  EventObject *end;
+  if (!event_live(e, "Event.elapsed_time") || !event_arg("Event.elapsed_time", end_obj, &end)) return NULL;
+  ferry_event a = e->handle, b = end->handle;
+  double ms = 0;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_elapsed(a, b, &ms));
+  if (st != FERRY_OK) return raise_ferry(st);
+  return PyFloat_FromDouble(ms);
+}
+
+PyDoc_STRVAR(event_destroy_doc, "destroy()\n--\n\n"
+                                "Frees the event; later use raises StaleHandleError. Waits that queues already\n"
+                                "take on it stay. Destroying again does nothing.");
+
+static PyObject *event_destroy(EventObject *e, PyObject *unused) {
+  (void)unused;
+  if (e->destroyed || e->session != session) Py_RETURN_NONE;
+  ferry_event h = e->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_event_destroy(h));
+  e->destroyed = true;
+  Py_CLEAR(e->recorded_on);
+  if (st != FERRY_OK && st != FERRY_ERROR_STALE_HANDLE) return raise_ferry(st);
+  Py_RETURN_NONE;
+}
+
+static PyObject *event_get_handle(EventObject *e, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(e->handle.id);
+}
+
+static PyMethodDef event_methods[] = {
+    {"record", (PyCFunction)event_record, METH_O, event_record_doc},
+    {"synchronize", (PyCFunction)event_synchronize, METH_NOARGS, event_synchronize_doc},
+    {"query", (PyCFunction)event_query, METH_NOARGS, event_query_doc},
+    {"elapsed_time", (PyCFunction)event_elapsed, METH_O, event_elapsed_doc},
+    {"destroy", (PyCFunction)event_destroy, METH_NOARGS, event_destroy_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef event_getset[] = {
+    {"handle", (getter)event_get_handle, NULL, "The ferry_event handle, for C code in the same process.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject EventType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.Event",
+    .tp_basicsize = sizeof(EventObject),
+    .tp_dealloc = (destructor)event_dealloc,
+    .tp_repr = (reprfunc)event_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Event()\n--\n\n"
+              "A point in a queue's work (CUDA's events, the framework's Event): bound to no device\n"
+              "until recorded; one never recorded is complete. Queue.wait_event orders another queue\n"
+              "after it, on any device of any backend, without blocking Python.",
+    .tp_methods = event_methods,
+    .tp_getset = event_getset,
+    .tp_new = event_new,
+};
+
+PyDoc_STRVAR(queue_wait_event_doc, "wait_event(event, /)\n--\n\n"
+                                   "Makes the queue's later work wait for the event's capture as it stands now,\n"
+                                   "whatever its device and backend, without blocking the calling thread.");
+
+static PyObject *queue_wait_event(QueueObject *q, PyObject *event_obj) {
+  EventObject *e;
+  if (!queue_live(q, "Queue.wait_event") || !event_arg("Queue.wait_event", event_obj, &e)) return NULL;
+  ferry_queue qh = q->handle;
+  ferry_event eh = e->handle;
+  ferry_status st;
+  WITHOUT_GIL(st = ferry_queue_wait_event(qh, eh));
+  if (st != FERRY_OK) return raise_ferry(st);
+  Py_RETURN_NONE;
+}
+
+PyDoc_STRVAR(queue_record_doc, "record(event=None, /)\n--\n\n"
+                               "Records `event` (a new ferry.Event when None) on this queue and returns it.");
+
+static PyObject *queue_record(QueueObject *q, PyObject *args) {
+  PyObject *event_obj = Py_None;
+  if (!PyArg_ParseTuple(args, "|O:record", &event_obj)) return NULL;
+  if (!queue_live(q, "Queue.record")) return NULL;
+  PyObject *e;
+  if (event_obj == Py_None) {
+    PyObject *none = PyTuple_New(0);
+    e = none ? event_new(&EventType, none, NULL) : NULL;
+    Py_XDECREF(none);
+    if (!e) return NULL;
+  } else {
+    EventObject *given;
+    if (!event_arg("Queue.record", event_obj, &given)) return NULL;
+    e = event_obj;
+    Py_INCREF(e);
+  }
+  PyObject *r = event_record((EventObject *)e, (PyObject *)q);
+  if (!r) {
+    Py_DECREF(e);
+    return NULL;
+  }
+  Py_DECREF(r);
+  return e;
+}
+
+static PyObject *queue_get_device(QueueObject *q, void *unused) {
+  (void)unused;
+  Py_INCREF(q->device);
+  return q->device;
+}
+
+static PyObject *queue_get_handle(QueueObject *q, void *unused) {
+  (void)unused;
+  return PyLong_FromUnsignedLongLong(q->handle.id);
+}
+
+static PyObject *queue_get_is_default(QueueObject *q, void *unused) {
+  (void)unused;
+  return PyBool_FromLong(q->is_default);
+}
+
+static PyObject *queue_get_pending(QueueObject *q, void *unused) {
+  (void)unused;
+  size_t n = 0;
+  for (pending_op *p = q->pending; p; p = p->next)
+    n++;
+  return PyLong_FromSize_t(n);
+}
+
+static PyMethodDef queue_methods[] = {
+    {"synchronize", (PyCFunction)queue_synchronize, METH_NOARGS, queue_synchronize_doc},
+    {"query", (PyCFunction)queue_query, METH_NOARGS, queue_query_doc},
+    {"destroy", (PyCFunction)queue_destroy, METH_NOARGS, queue_destroy_doc},
+    {"wait_event", (PyCFunction)queue_wait_event, METH_O, queue_wait_event_doc},
+    {"record", (PyCFunction)queue_record, METH_VARARGS, queue_record_doc},
+    {"native", (PyCFunction)queue_native, METH_NOARGS, queue_native_doc},
+    {"__enter__", (PyCFunction)queue_enter, METH_NOARGS, "Returns the queue; `with` destroys it at exit."},
+    {"__exit__", (PyCFunction)queue_exit, METH_VARARGS,
+     "Destroys the queue (waiting for its work); a default queue is synchronised instead."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef queue_getset[] = {
+    {"device", (getter)queue_get_device, NULL, "The Device the queue belongs to.", NULL},
+    {"handle", (getter)queue_get_handle, NULL, "The ferry_queue handle, for C code in the same process.", NULL},
+    {"is_default", (getter)queue_get_is_default, NULL, "It is its device's default queue.", NULL},
+    {"pending", (getter)queue_get_pending, NULL,
+     "How many operations' arrays the queue still keeps alive (until a synchronisation sees them complete).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject QueueType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ferry.Queue",
+    .tp_basicsize = sizeof(QueueObject),
+    .tp_dealloc = (destructor)queue_dealloc,
+    .tp_repr = (reprfunc)queue_repr,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Queue(device)\n--\n\n"
+              "A new queue of the device (CUDA's streams, the framework's Stream): operations\n"
+              "submitted to one queue (write, read and copy_to with queue=) run in order; two\n"
+              "queues are unordered unless wait_event orders them. Device.default_queue is the\n"
+              "device's own, which the synchronous calls wait for. A queue collected by Python, or\n"
+              "left by `with`, is destroyed once its work is done.",
+    .tp_methods = queue_methods,
+    .tp_getset = queue_getset,
+    .tp_new = queue_new,
+};
 
 static PyObject *mod_version(PyObject *m, PyObject *unused) {
   (void)m, (void)unused;
@@ -1529,9 +2209,11 @@ static PyObject *mod_shutdown(PyObject *m, PyObject *args, PyObject *kwargs) {
    * instead of freeing it. Then the wait, without the GIL: the shutdown waits
    * for the transfers in flight and runs deleters of buffers over Python
    * memory, which take the GIL. */
-  session++;
+  unsigned long ending = session++;
   Py_CLEAR(device_cache);
+  Py_CLEAR(default_queues);
   WITHOUT_GIL(ferry_shutdown());
+  if (settled_session < ending + 1) settled_session = ending + 1; /* its queues' work is over */
   Py_RETURN_NONE;
 }
 
@@ -1738,6 +2420,10 @@ static bool add_errors(PyObject *module) {
       {FERRY_ERROR_OUT_OF_MEMORY, "OutOfMemoryError", "Device or host memory is exhausted (also a MemoryError)."},
       {FERRY_ERROR_NO_DEVICE, "NoDeviceError", "No such device (a LookupError)."},
       {FERRY_ERROR_BACKEND, "BackendError", "A driver call failed; the sentence names the call and its code."},
+      {FERRY_NOT_READY, "NotReadyError", "Event.elapsed_time of work not yet complete."},
+      {FERRY_ERROR_STALE_HANDLE, "StaleHandleError", "The queue or event was destroyed (or ferry shut down)."},
+      {FERRY_ERROR_CANCELLED, "CancelledError",
+       "Not run: an earlier operation on the same queue failed, and its failure was not yet reported."},
   };
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
     PyObject *builtin = NULL;
@@ -1769,6 +2455,65 @@ static bool add_errors(PyObject *module) {
   return true;
 }
 
+/* ---- the C API of the package's other extensions (_capi.h) ------------------------- */
+
+#ifdef FERRY_PY_C_API
+static ferry_status capi_companion_fail(ferry_status status, const char *message) {
+  return ferry__companion_fail(status, "%s", message);
+}
+
+static int capi_buffer_handle(PyObject *obj, ferry_buffer *out) {
+  if (!PyObject_TypeCheck(obj, &BufferType)) {
+    PyErr_Format(PyExc_TypeError, "a ferry.Buffer is needed, not %.200s", Py_TYPE(obj)->tp_name);
+    return -1;
+  }
+  BufferObject *b = (BufferObject *)obj;
+  if (!buffer_live(b)) return -1;
+  *out = b->handle;
+  return 0;
+}
+
+static PyObject *capi_device_object(ferry_device *dev) { return device_object(dev); }
+
+static PyObject *capi_raise_status(ferry_status st) { return raise_ferry(st); }
+
+static const ferry_py_capi capi = {
+    .version = FERRY_PY_CAPI_VERSION,
+    .companion_fail = capi_companion_fail,
+    .companion_debug = ferry__companion_debug,
+    .companion_option = ferry__companion_option,
+    .companion_hold = ferry__companion_hold,
+    .companion_release = ferry__companion_release,
+    .companion_transfer = ferry__companion_transfer,
+    .companion_map = ferry__companion_map,
+    .companion_unmap = ferry__companion_unmap,
+    .companion_device_address = ferry__companion_device_address,
+    .device_count = ferry_device_count,
+    .device_get = ferry_device_get,
+    .device_info_get = ferry_device_info_get,
+    .kind_name = ferry_kind_name,
+    .status_name = ferry_status_name,
+    .buffer_handle = capi_buffer_handle,
+    .device_object = capi_device_object,
+    .raise_status = capi_raise_status,
+};
+
+static bool add_capi(PyObject *module) {
+  PyObject *capsule = PyCapsule_New((void *)&capi, FERRY_PY_CAPI_NAME, NULL);
+  if (!capsule) return false;
+  int rc = PyModule_AddObjectRef(module, "_C_API", capsule);
+  Py_DECREF(capsule);
+  return rc == 0;
+}
+#else
+/* Built against an installed libferry (pkg-config), without ferry's sources:
+ * no companion interface, so no C API and no ferry._mpi. */
+static bool add_capi(PyObject *module) {
+  (void)module;
+  return true;
+}
+#endif
+
 static struct PyModuleDef ferry_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "ferry._ferry",
@@ -1785,15 +2530,19 @@ PyMODINIT_FUNC PyInit__ferry(void) {
   numpy_asarray = PyObject_GetAttrString(numpy, "asarray");
   Py_DECREF(numpy);
   if (!numpy_empty || !numpy_dtype || !numpy_asarray) return NULL;
-  if (PyType_Ready(&DeviceType) < 0 || PyType_Ready(&BufferType) < 0) return NULL;
+  if (PyType_Ready(&DeviceType) < 0 || PyType_Ready(&BufferType) < 0 || PyType_Ready(&QueueType) < 0 ||
+      PyType_Ready(&EventType) < 0)
+    return NULL;
   if (PyStructSequence_InitType2(&StatsType, &stats_desc) < 0) return NULL;
   if (PyStructSequence_InitType2(&BackendInfoType, &backend_desc) < 0) return NULL;
   PyObject *m = PyModule_Create(&ferry_module);
   if (!m) return NULL;
   if (PyModule_AddObjectRef(m, "Device", (PyObject *)&DeviceType) < 0 ||
       PyModule_AddObjectRef(m, "Buffer", (PyObject *)&BufferType) < 0 ||
+      PyModule_AddObjectRef(m, "Queue", (PyObject *)&QueueType) < 0 ||
+      PyModule_AddObjectRef(m, "Event", (PyObject *)&EventType) < 0 ||
       PyModule_AddObjectRef(m, "Stats", (PyObject *)&StatsType) < 0 ||
-      PyModule_AddObjectRef(m, "BackendInfo", (PyObject *)&BackendInfoType) < 0 || !add_errors(m)) {
+      PyModule_AddObjectRef(m, "BackendInfo", (PyObject *)&BackendInfoType) < 0 || !add_errors(m) || !add_capi(m)) {
     Py_DECREF(m);
     return NULL;
   }

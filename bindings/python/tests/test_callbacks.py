@@ -140,9 +140,10 @@ def test_other_threads_run_while_shutdown_waits():
 
         N = 256 << 20
         src = np.ones(N, np.uint8)
-        native = next(d for d in ferry.devices() if d.backend == "native")
         verdict = "vacuous"
         for attempt in range(20):
+            # Each attempt's shutdown ends the session: its devices are asked again.
+            native = next(d for d in ferry.devices() if d.backend == "native")
             buf = native.alloc(N, np.uint8)
             ticks, stop, writing = [], threading.Event(), threading.Event()
 

@@ -294,3 +294,20 @@ def test_shutdown_refused_while_exports_live(native):
         ferry.shutdown()
     del array
     buf.free()
+
+
+def test_a_stream_for_a_handle_device_is_refused(device):
+    """An OpenCL, Vulkan or Metal buffer's DLPack data is an object handle:
+    __dlpack__(stream=...) is refused (mpi4py passes stream=-1 before it takes
+    the data for host memory), and the plain call still exports."""
+    with device.alloc(64, np.uint8) as buf:
+        kind, _ = buf.__dlpack_device__()
+        if kind not in (ferry.DLDeviceType.OPENCL, ferry.DLDeviceType.VULKAN, ferry.DLDeviceType.METAL):
+            capsule = buf.__dlpack__(stream=-1)  # host memory or CUDA: accepted
+            del capsule
+            return
+        with pytest.raises(BufferError, match="ferry.mpi") as e:
+            buf.__dlpack__(stream=-1)
+        assert "handle" in str(e.value)
+        capsule = buf.__dlpack__()
+        del capsule

@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CUDA_MAX_DEVICES 64
@@ -377,7 +378,18 @@ static ferry_status cuda_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
   ferry_status st = ctx_enter(dev, &scope);
   if (st != FERRY_OK) return st;
   cu_result r = API.cuEventSynchronize(event_of(ticket));
-  if (r != FCU_SUCCESS) st = cu_fail(dev, r, "cuEventSynchronize (waiting for the stream's work)");
+  if (r != FCU_SUCCESS) {
+    st = cu_fail(dev, r, "cuEventSynchronize (waiting for the stream's work)");
+    /* A wait that failed without the work failing (a transient error) leaves the work running:
+       the caller would then reuse its buffers under it. Wait by polling until the event is done
+       or failed, so the failure returns with nothing still in flight. */
+    long pause_ns = 1000;
+    while (API.cuEventQuery(event_of(ticket)) == FCU_ERROR_NOT_READY) {
+      struct timespec t = {0, pause_ns};
+      nanosleep(&t, NULL);
+      if (pause_ns < 1000000) pause_ns *= 2;
+    }
+  }
   ctx_leave(&scope);
   return st;
 }

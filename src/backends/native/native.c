@@ -37,7 +37,7 @@ static ferry_status native_copy(ferry_device *dev, ferry_lane *lane, const ferry
                                 size_t doff, size_t n, ferry_ticket *out) {
   (void)dev;
   (void)lane;
-  ferry__host_move((char *)dst->host + doff, (const char *)src->host + so, n);
+  ferry__plain_move((char *)dst->host + doff, (const char *)src->host + so, n);
   if (out) *out = 0;
   return FERRY_OK;
 }

@@ -116,6 +116,7 @@ typedef struct cl_device {
   bool amd_free_memory; /* cl_amd_device_attribute_query: free memory can be asked */
   size_t base_align;    /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: what ferry's own memory for buffers is aligned to */
   bool stage;           /* the core stages pageable transfers through pinned memory */
+  bool unified;         /* CL_DEVICE_HOST_UNIFIED_MEMORY: a CPU device's map is the buffer's own memory */
   uint64_t total_memory, max_allocation;
   pthread_mutex_t lanes_lock;
   cl_lane *lanes;
@@ -991,9 +992,35 @@ static void cl_destroy(ferry_device *dev) {
   .native = cl_native, .free_memory = cl_free_memory, .driver_info = cl_driver_info,                                   \
   .foreign_import = cl_foreign_import, .destroy = cl_destroy
 
+/* A map on a CPU device with host-unified memory is the buffer's own memory (PoCL:
+ * 26 us to map and 75 us to unmap 64 MiB, against 3.8 ms to read it); elsewhere
+ * a map may be a copy, which ferry does better itself. */
+static ferry_status cl_map(ferry_device *dev, ferry_mem *mem, size_t off, size_t n, bool write, void **out) {
+  cl_device *cd = device_of(dev);
+  if (!cd->is_cpu || !cd->unified)
+    return ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s: mapping would copy (not a CPU with host-unified memory)",
+                       dev->label);
+  cl_int err = CL_SUCCESS;
+  void *p = API->clEnqueueMapBuffer(cd->queue, mem_of(mem), CL_TRUE, write ? CL_MAP_READ | CL_MAP_WRITE : CL_MAP_READ,
+                                    off, n, 0, NULL, NULL, &err);
+  if (err != CL_SUCCESS || !p)
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_INVALID_VALUE, "clEnqueueMapBuffer", false,
+                     "%zu bytes at offset %zu", n, off);
+  *out = p;
+  return FERRY_OK;
+}
+
+static ferry_status cl_unmap(ferry_device *dev, ferry_mem *mem, void *ptr) {
+  cl_event ev = NULL;
+  cl_int err = API->clEnqueueUnmapMemObject(device_of(dev)->queue, mem_of(mem), ptr, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = wait_event(ev);
+  if (err != CL_SUCCESS) return cl_failed(dev, err, "clEnqueueUnmapMemObject", false, "the map at %p", ptr);
+  return FERRY_OK;
+}
+
 static const ferry_device_ops cl_ops = {CL_OPS_COMMON};
 static const ferry_device_ops cl_ops_direct = {CL_OPS_COMMON, .write_start = cl_write_start,
-                                               .read_start = cl_read_start};
+                                               .read_start = cl_read_start, .map = cl_map, .unmap = cl_unmap};
 
 /* FERRY_OPENCL_PIPELINE=1 stages on every device, CPUs included, =0 on none;
  * unset: on the devices that are not CPUs. */
@@ -1066,6 +1093,9 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
   cd->id = id;
   cd->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
   cd->stage = wants_staging(cd->is_cpu);
+  cl_bool unified = CL_FALSE;
+  cd->unified = API->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) == CL_SUCCESS &&
+                unified == CL_TRUE;
   cd->total_memory = global;
   cd->max_allocation = max_alloc;
   char *name = device_string(id, CL_DEVICE_NAME);
@@ -1138,13 +1168,12 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
   };
   ferry_status st = ferry__device_add(probe, &desc);
   if (st != FERRY_OK) {
-    char saved[1024];
-    snprintf(saved, sizeof saved, "%s", ferry__error_text());
+    ferry_error_scope cleanup = ferry__first_failure_begin(true); /* the sentence of the failed add stays */
     API->clReleaseCommandQueue(cd->queue);
     API->clReleaseContext(cd->context);
     pthread_mutex_destroy(&cd->lanes_lock);
     free(cd);
-    ferry__fail(st, "%s", saved);
+    ferry__first_failure_end(cleanup);
     if (st == FERRY_ERROR_UNSUPPORTED) st = FERRY_ERROR_BACKEND; /* not the device's fault: end the probe */
   }
   return st;

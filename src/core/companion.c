@@ -1,0 +1,121 @@
+/* What libferry gives its companion libraries (companion.h). */
+#include "companion.h"
+
+#include "internal.h"
+
+#include <string.h>
+
+ferry_status ferry__companion_fail(ferry_status status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  ferry__failv(status, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+bool ferry__companion_debug(const char *word) { return ferry__option_has_word("FERRY_DEBUG", word); }
+
+bool ferry__companion_option(const char *name, uint64_t *out) { return ferry__option_number(name, out); }
+
+ferry_status ferry__companion_hold(ferry_buffer buffer, const char *fn, ferry_companion_hold *out) {
+  if (!out) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
+  ferry_status st = ferry__enter(fn);
+  if (st != FERRY_OK) return st;
+  ferry_slot *slot;
+  uint64_t session;
+  if ((st = ferry__hold(buffer, fn, &slot, &session)) == FERRY_OK) {
+    *out = (ferry_companion_hold){.buffer = buffer,
+                                  .session = session,
+                                  .host = slot->mem.host,
+                                  .device = slot->device,
+                                  .kind = slot->kind,
+                                  .elem_size = slot->elem_size,
+                                  .length = slot->length,
+                                  .bytes = slot->bytes}; /* the reference taken is the hold's */
+  }
+  ferry__leave();
+  return st;
+}
+
+void ferry__companion_release(ferry_companion_hold *hold) {
+  if (!hold || hold->buffer.id == 0) return;
+  ferry__release_held(hold->buffer);
+  hold->buffer = FERRY_NULL_BUFFER;
+}
+
+/* The held slot, inside the gate (ferry__leave after), or a failure. */
+static ferry_status held(const ferry_companion_hold *hold, const char *fn, ferry_slot **out) {
+  ferry_status st = ferry__enter(fn);
+  if (st != FERRY_OK) return st;
+  if (!(*out = ferry__held_slot(hold->buffer, hold->session))) {
+    ferry__leave();
+    return ferry__fail(FERRY_ERROR_STALE_BUFFER, "%s: the buffer was released by ferry_shutdown() meanwhile", fn);
+  }
+  return FERRY_OK;
+}
+
+ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const char *fn, bool to_device, size_t offset,
+                                       void *host, size_t bytes) {
+  ferry_slot *slot;
+  ferry_status st = held(hold, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if (offset > slot->bytes || bytes > slot->bytes - offset) {
+    ferry__leave();
+    return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
+                       offset + bytes, slot->bytes);
+  }
+  if ((st = ferry__queue_settle_default(slot->device, fn)) == FERRY_OK) {
+    ferry_op op = {.kind = to_device ? FERRY_OP_WRITE : FERRY_OP_READ, .fn = fn, .bytes = bytes, .host = host};
+    if (to_device) {
+      op.dst = slot;
+      op.dst_offset = offset;
+    } else {
+      op.src = slot;
+      op.src_offset = offset;
+    }
+    st = ferry__op_run(&op, (ferry_lanes){0});
+  }
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry__companion_map(const ferry_companion_hold *hold, const char *fn, size_t offset, size_t bytes,
+                                  bool write, void **out) {
+  ferry_slot *slot;
+  ferry_status st = held(hold, fn, &slot);
+  if (st != FERRY_OK) return st;
+  const ferry_device_ops *ops = slot->device->ops;
+  if (!ops->map || !ops->unmap)
+    st = ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s: %s maps no buffers", fn, slot->device->label);
+  else if (bytes == 0 || offset > slot->bytes || bytes > slot->bytes - offset)
+    st = ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: a map of bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
+                     offset + bytes, slot->bytes);
+  else if ((st = ferry__queue_settle_default(slot->device, fn)) == FERRY_OK)
+    st = ops->map(slot->device, &slot->mem, offset, bytes, write, out);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry__companion_unmap(const ferry_companion_hold *hold, const char *fn, void *ptr) {
+  ferry_slot *slot;
+  ferry_status st = held(hold, fn, &slot);
+  if (st != FERRY_OK) return st;
+  st = slot->device->ops->unmap(slot->device, &slot->mem, ptr);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry__companion_device_address(const ferry_companion_hold *hold, const char *fn, size_t offset,
+                                             uintptr_t *out) {
+  ferry_slot *slot;
+  ferry_status st = held(hold, fn, &slot);
+  if (st != FERRY_OK) return st;
+  if (strcmp(slot->device->backend->name, "cuda") != 0)
+    st = ferry__fail(FERRY_ERROR_UNSUPPORTED, "%s: %s is not a CUDA device", fn, slot->device->label);
+  else if (offset > slot->bytes)
+    st = ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: offset %zu of a buffer of %zu bytes", fn, offset, slot->bytes);
+  else if ((st = ferry__queue_settle_default(slot->device, fn)) == FERRY_OK)
+    *out = slot->mem.handle + offset;
+  ferry__leave();
+  return st;
+}

@@ -1,0 +1,78 @@
+/*
+ * What libferry gives its companion libraries (libferry_mpi), which link the
+ * shared libferry and see only its exported symbols: the thread's error
+ * sentence, the FERRY_DEBUG words, and buffers held across calls. Not for
+ * programs: these names may change with any release, as the companion libraries
+ * are built from the same tree.
+ */
+#ifndef FERRY_CORE_COMPANION_H
+#define FERRY_CORE_COMPANION_H
+
+#include "ferry.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define FERRY_COMPANION_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define FERRY_COMPANION_PRINTF(f, a)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sets this thread's error sentence (ferry_last_error) and returns `status`. */
+FERRY_API ferry_status ferry__companion_fail(ferry_status status, const char *fmt, ...) FERRY_COMPANION_PRINTF(2, 3);
+
+/* Is `word` among FERRY_DEBUG's words ("mpi")? Read at ferry_init. */
+FERRY_API bool ferry__companion_debug(const char *word);
+
+/* A numeric or switch FERRY_* setting of the session (FERRY_MPI_CUDA_AWARE):
+ * true with its value when it is set. */
+FERRY_API bool ferry__companion_option(const char *name, uint64_t *out);
+
+/* A buffer held across calls: its memory stays valid until the hold is released,
+ * even if the program frees the buffer meanwhile, and ferry_shutdown() takes the
+ * hold over (a transfer on it after that fails with FERRY_ERROR_STALE_BUFFER). */
+typedef struct ferry_companion_hold {
+  ferry_buffer buffer;
+  uint64_t session;
+  void *host;           /* the bytes as host memory the CPU may read and write at any time, or NULL */
+  ferry_device *device; /* its device */
+  ferry_kind kind;
+  size_t elem_size, length, bytes;
+} ferry_companion_hold;
+
+/* Takes a hold (FERRY_ERROR_STALE_BUFFER naming `fn` for a stale handle). */
+FERRY_API ferry_status ferry__companion_hold(ferry_buffer buffer, const char *fn, ferry_companion_hold *out);
+/* Releases it; any thread, at any time, once. */
+FERRY_API void ferry__companion_release(ferry_companion_hold *hold);
+/* ferry_write (to_device) or ferry_read of [offset, offset + bytes) of the held
+ * buffer, freed or not, from or into `host`; synchronous, after the default
+ * queue's work as the public calls. */
+FERRY_API ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const char *fn, bool to_device,
+                                                 size_t offset, void *host, size_t bytes);
+
+/* [offset, offset + bytes) of the held buffer as host memory without a copy,
+ * in *out until ferry__companion_unmap: read only, or (`write`) written too.
+ * FERRY_ERROR_UNSUPPORTED where the device could only copy (use
+ * ferry__companion_transfer). After the default queue's work, as the public
+ * calls. bytes > 0. */
+FERRY_API ferry_status ferry__companion_map(const ferry_companion_hold *hold, const char *fn, size_t offset,
+                                            size_t bytes, bool write, void **out);
+/* The device address of byte `offset` of a held CUDA buffer (its CUdeviceptr
+ * + offset), for an MPI that moves CUDA memory itself; FERRY_ERROR_UNSUPPORTED
+ * on other backends. After the default queue's work, as the public calls. */
+FERRY_API ferry_status ferry__companion_device_address(const ferry_companion_hold *hold, const char *fn, size_t offset,
+                                                       uintptr_t *out);
+/* Ends a map of the same hold; the device's later work sees what was written. */
+FERRY_API ferry_status ferry__companion_unmap(const ferry_companion_hold *hold, const char *fn, void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
