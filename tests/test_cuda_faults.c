@@ -16,6 +16,7 @@
 #define _GNU_SOURCE
 #endif
 #include "backends/cuda/cuda_api.h"
+#include "core/companion.h"
 #include "core/internal.h"
 #include "fake_cuda/fake_cuda.h"
 #include "harness.h"
@@ -480,6 +481,56 @@ static void misaligned_pinned(void) {
   CHECK(start());
 }
 
+/* ---- host memory a companion library lends (libferry_mpi's staging) --------------------------------- */
+
+static void lent_memory(void) {
+  section("memory lent to the pinned registry by a companion library");
+  const size_t bytes = (size_t)3 << 20;
+  void *mem = NULL;
+  CHECK(posix_memalign(&mem, 4096, bytes) == 0);
+  char *p = mem;
+  uint64_t session = 0;
+  CHECK_STATUS(ferry__companion_lend(p + 1, 4096, &session), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("page-aligned");
+  CHECK_STATUS(ferry__companion_lend(p, 0, &session), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK(session == 0);
+  fake_cuda_counts before = counts();
+  CHECK_OK(ferry__companion_lend(p, bytes, &session));
+  CHECK(session == ferry__companion_session());
+  CHECK_STATUS(ferry__companion_lend(p + 4096, 4096, &session), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("overlap");
+  CHECK(counts().registered_ranges == before.registered_ranges); /* registered at the first transfer only */
+  ferry_pinned pin;
+  CHECK(ferry__pinned_find(dev0, p + 4096, 4096, &pin));
+  CHECK(counts().registered_ranges == before.registered_ranges + 1);
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, bytes, FERRY_UINT8, &b));
+  fill_pattern(p, bytes, 21);
+  CHECK_OK(ferry_write(b, 0, p, bytes));
+  memset(p, 0, bytes);
+  CHECK_OK(ferry_read(b, 0, p, bytes));
+  CHECK(find_pattern_mismatch(p, bytes, 21) == SIZE_MAX);
+  CHECK(ferry_host_free(p) == FERRY_ERROR_INVALID_ARGUMENT); /* never the user's to free through ferry */
+  ferry__companion_take_back(p, session);
+  CHECK(counts().registered_ranges == before.registered_ranges);
+  CHECK(!ferry__pinned_find(dev0, p, 4096, &pin));
+  ferry__companion_take_back(p, session); /* twice: nothing */
+
+  /* ferry_shutdown unregisters lent memory and leaves it to its owner; a take-back
+   * of the old session afterwards does nothing and does not start ferry again. */
+  CHECK_OK(ferry__companion_lend(p, bytes, &session));
+  CHECK(ferry__pinned_find(dev0, p, bytes, &pin));
+  CHECK_OK(ferry_free(b));
+  ferry_shutdown();
+  CHECK(counts().registered_ranges == 0);
+  memset(p, 7, bytes); /* still the owner's (ASan: not freed) */
+  ferry__companion_take_back(p, session);
+  CHECK(ferry__companion_session() != session);
+  CHECK(start());
+  CHECK(!ferry__pinned_find(dev0, p, 4096, &pin));
+  free(mem);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *lib = getenv("FERRY_CUDA_LIBRARY");
@@ -511,6 +562,7 @@ int main(void) {
   dma_ops();
   peer_copies();
   misaligned_pinned();
+  lent_memory();
   harness_context = "";
   ferry_shutdown();
   /* Nothing left behind in the driver, and no misuse of its API. */

@@ -119,3 +119,22 @@ ferry_status ferry__companion_device_address(const ferry_companion_hold *hold, c
   ferry__leave();
   return st;
 }
+
+ferry_status ferry__companion_lend(void *ptr, size_t bytes, uint64_t *out_session) {
+  ferry_status st = ferry__enter("ferry__companion_lend");
+  if (st != FERRY_OK) return st;
+  if ((st = ferry__pinned_lend(ptr, bytes)) == FERRY_OK) *out_session = ferry__handles_session();
+  ferry__leave();
+  return st;
+}
+
+void ferry__companion_take_back(void *ptr, uint64_t session) {
+  /* Inside the gate only if ferry is up: a take-back after ferry_shutdown must
+   * not start ferry again, and one during it leaves the registry to the
+   * shutdown, which waits for calls inside the gate before devices go. */
+  if (!ferry__enter_if_up()) return;
+  if (ferry__handles_session() == session) ferry__pinned_take_back(ptr);
+  ferry__leave();
+}
+
+uint64_t ferry__companion_session(void) { return ferry__handles_session(); }

@@ -71,6 +71,18 @@ FERRY_API ferry_status ferry__companion_device_address(const ferry_companion_hol
 /* Ends a map of the same hold; the device's later work sees what was written. */
 FERRY_API ferry_status ferry__companion_unmap(const ferry_companion_hold *hold, const char *fn, void *ptr);
 
+/* Lends [ptr, ptr + bytes) of the companion's own page-aligned host memory (its
+ * staging) to ferry's registry of pinned memory for this session: a transfer
+ * between it and a device DMAs directly (the device's driver registers it at the
+ * first one, where it can) instead of staging. ferry never frees it; the lend
+ * ends at ferry__companion_take_back or at ferry_shutdown, after which it must be
+ * lent again: *out_session says in which session it was lent. */
+FERRY_API ferry_status ferry__companion_lend(void *ptr, size_t bytes, uint64_t *out_session);
+/* Ends a lend of `session` (nothing if ferry has shut down since), before the
+ * memory is freed. */
+FERRY_API void ferry__companion_take_back(void *ptr, uint64_t session);
+/* The session now (it moves on at every ferry_shutdown). */
+FERRY_API uint64_t ferry__companion_session(void);
 #ifdef __cplusplus
 }
 #endif

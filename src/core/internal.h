@@ -29,6 +29,9 @@ bool ferry__backends_check(const char *value, char *why, size_t why_size);
  * not enter: the reference they hold on their buffers holds the shutdown back.
  * ferry__enter initialises on first use; on failure nothing is held. */
 ferry_status ferry__enter(const char *fn);
+/* Enters only if ferry is up and no shutdown is under way (false: nothing held),
+ * for work that must not start ferry again. */
+bool ferry__enter_if_up(void);
 /* ferry__enter, then a check that `device` is a device of the running session
  * (the sentence names `fn`); on failure nothing is held. */
 ferry_status ferry__enter_device(const ferry_device *device, const char *fn);
@@ -553,7 +556,15 @@ static inline ferry_pinned ferry__pinned_at(const ferry_pinned *base, void *host
   return (ferry_pinned){
       .host = host, .token = base->token, .offset = base->offset + (size_t)((char *)host - (char *)base->host)};
 }
-/* Releases every block (at shutdown, before the devices go). */
+/* Takes [ptr, ptr + bytes) of someone else's page-aligned host memory into the
+ * registry (libferry_mpi's staging): devices register it as they DMA from it, as
+ * they do the others' blocks, and ferry never frees it. It must not overlap a
+ * block of the registry. Until ferry__pinned_take_back or ferry_shutdown. */
+ferry_status ferry__pinned_lend(void *ptr, size_t bytes);
+/* Undoes a lend starting at ptr (its registrations released); false if none. */
+bool ferry__pinned_take_back(void *ptr);
+/* Releases every block (at shutdown, before the devices go); lent memory is
+ * only unregistered. */
 void ferry__pinned_shutdown(void);
 void ferry__pinned_fork(ferry_fork_phase phase);
 /* In a forked child: forgets every block without a driver call (only plain host

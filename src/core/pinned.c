@@ -39,6 +39,7 @@ typedef struct pinned_block {
   ferry_device *owner; /* whose pin_alloc made it; NULL for malloc */
   uintptr_t owner_token;
   bool user; /* ferry_host_alloc's: the user's to free */
+  bool lent; /* memory a companion library lent (ferry__pinned_lend): never freed here */
   pin_reg *regs;
   size_t nregs;
 } pinned_block;
@@ -106,6 +107,34 @@ static ferry_status pin_aligned(ferry_device *dev, size_t span, pinned_block *b)
   return ferry__fail(FERRY_ERROR_BACKEND, "%s gave no page-aligned pinned memory", dev->label);
 }
 
+/* Puts b in the registry, sorted by start; false (nothing changed) when there is
+ * no memory to grow it or (`exclusive`) b overlaps a block already there. */
+static bool insert(pinned_block *b, bool exclusive) {
+  pthread_rwlock_wrlock(&reg.lock);
+  size_t at = upper(b->start);
+  bool overlaps = exclusive && ((at > 0 && reg.items[at - 1]->start + reg.items[at - 1]->span > b->start) ||
+                                (at < reg.count && b->start + b->span > reg.items[at]->start));
+  if (overlaps) {
+    pthread_rwlock_unlock(&reg.lock);
+    return false;
+  }
+  if (reg.count == reg.capacity) {
+    size_t cap = reg.capacity ? reg.capacity * 2 : 16;
+    pinned_block **grown = realloc(reg.items, cap * sizeof *grown);
+    if (!grown) {
+      pthread_rwlock_unlock(&reg.lock);
+      return false;
+    }
+    reg.items = grown;
+    reg.capacity = cap;
+  }
+  memmove(&reg.items[at + 1], &reg.items[at], (reg.count - at) * sizeof reg.items[0]);
+  reg.items[at] = b;
+  reg.count++;
+  pthread_rwlock_unlock(&reg.lock);
+  return true;
+}
+
 ferry_status ferry__pinned_alloc(ferry_device *dev, size_t bytes, bool user, void **out_ptr) {
   char size[64], ram[64];
   uint64_t limit = ferry__host_ram();
@@ -133,29 +162,17 @@ ferry_status ferry__pinned_alloc(ferry_device *dev, size_t bytes, bool user, voi
   b->bytes = bytes;
   b->span = span;
   b->user = user;
+  b->lent = false;
   b->regs = NULL;
   b->nregs = 0;
-  pthread_rwlock_wrlock(&reg.lock);
-  if (reg.count == reg.capacity) {
-    size_t cap = reg.capacity ? reg.capacity * 2 : 16;
-    pinned_block **grown = realloc(reg.items, cap * sizeof *grown);
-    if (!grown) {
-      pthread_rwlock_unlock(&reg.lock);
-      if (b->owner)
-        b->owner->ops->pin_release(b->owner, b->base, b->base_bytes, b->owner_token, true);
-      else
-        free(b->base);
-      free(b);
-      return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block");
-    }
-    reg.items = grown;
-    reg.capacity = cap;
+  if (!insert(b, false)) {
+    if (b->owner)
+      b->owner->ops->pin_release(b->owner, b->base, b->base_bytes, b->owner_token, true);
+    else
+      free(b->base);
+    free(b);
+    return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block");
   }
-  size_t at = upper(b->start);
-  memmove(&reg.items[at + 1], &reg.items[at], (reg.count - at) * sizeof reg.items[0]);
-  reg.items[at] = b;
-  reg.count++;
-  pthread_rwlock_unlock(&reg.lock);
   *out_ptr = (void *)b->start;
   return FERRY_OK;
 }
@@ -166,7 +183,7 @@ static void block_release(pinned_block *b) {
       b->regs[i].dev->ops->pin_release(b->regs[i].dev, (void *)b->start, b->span, b->regs[i].token, false);
   if (b->owner)
     b->owner->ops->pin_release(b->owner, b->base, b->base_bytes, b->owner_token, true);
-  else
+  else if (!b->lent)
     free(b->base);
   free(b->regs);
   free(b);
@@ -176,7 +193,7 @@ bool ferry__pinned_free(void *ptr, bool user) {
   pthread_rwlock_wrlock(&reg.lock);
   size_t at = upper((uintptr_t)ptr);
   pinned_block *b = at > 0 ? reg.items[at - 1] : NULL;
-  if (!b || b->start != (uintptr_t)ptr || b->user != user) {
+  if (!b || b->start != (uintptr_t)ptr || b->user != user || b->lent) {
     pthread_rwlock_unlock(&reg.lock);
     return false;
   }
@@ -184,6 +201,38 @@ bool ferry__pinned_free(void *ptr, bool user) {
   reg.count--;
   pthread_rwlock_unlock(&reg.lock);
   block_release(b);
+  return true;
+}
+
+ferry_status ferry__pinned_lend(void *ptr, size_t bytes) {
+  uintptr_t start = (uintptr_t)ptr;
+  size_t span = (bytes + PAGE - 1) & ~(PAGE - 1);
+  if (!ptr || bytes == 0 || (start & (PAGE - 1)) != 0 || span < bytes || start > UINTPTR_MAX - span)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%zu bytes at %p cannot be lent: a page-aligned range is needed",
+                       bytes, ptr);
+  pinned_block *b = malloc(sizeof *b);
+  if (!b) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block");
+  *b = (pinned_block){.start = start, .bytes = bytes, .span = span, .base = ptr, .base_bytes = span, .lent = true};
+  if (insert(b, true)) return FERRY_OK;
+  free(b);
+  return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                     "%zu bytes at %p cannot be lent: they overlap pinned memory of ferry's, or there is no host "
+                     "memory to track them",
+                     bytes, ptr);
+}
+
+bool ferry__pinned_take_back(void *ptr) {
+  pthread_rwlock_wrlock(&reg.lock);
+  size_t at = upper((uintptr_t)ptr);
+  pinned_block *b = at > 0 ? reg.items[at - 1] : NULL;
+  if (!b || b->start != (uintptr_t)ptr || !b->lent) {
+    pthread_rwlock_unlock(&reg.lock);
+    return false;
+  }
+  memmove(&reg.items[at - 1], &reg.items[at], (reg.count - at) * sizeof reg.items[0]);
+  reg.count--;
+  pthread_rwlock_unlock(&reg.lock);
+  block_release(b); /* the registrations only */
   return true;
 }
 
@@ -283,7 +332,7 @@ void ferry__pinned_forget(void) {
   /* The blocks a driver pinned or registered are the parent's driver's: only the
    * records go, and the plain host memory of blocks no driver made. */
   for (size_t i = 0; i < reg.count; i++) {
-    if (!reg.items[i]->owner) free(reg.items[i]->base);
+    if (!reg.items[i]->owner && !reg.items[i]->lent) free(reg.items[i]->base);
     free(reg.items[i]->regs);
     free(reg.items[i]);
   }

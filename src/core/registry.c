@@ -444,6 +444,16 @@ ferry_status ferry__enter(const char *fn) {
   }
 }
 
+bool ferry__enter_if_up(void) {
+  uint64_t before = atomic_fetch_add(&gate, 1);
+  if (!(before & GATE_CLOSED) && atomic_load(&ready)) {
+    ferry__calls_enter();
+    return true;
+  }
+  gate_out();
+  return false;
+}
+
 ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
   ferry_status st = ferry__enter(fn);
   if (st != FERRY_OK) return st;

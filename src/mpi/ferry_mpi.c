@@ -14,9 +14,11 @@
  * Where the bytes go: a buffer whose memory the CPU addresses directly (native,
  * checked, zero-copy and registered buffers) is given to MPI as it is. Any other
  * is read or written through host memory, piece by piece, the device's transfer
- * of one piece overlapping MPI's of the others (blocking calls), or all at once
- * (the non-blocking ones, whose device part runs when they are started or, for
- * a receive, in the wait or test that finds the bytes arrived).
+ * of one piece overlapping MPI's of the others: a blocking call through a few
+ * slots it reuses; a non-blocking send reads each piece of its range into its
+ * staging and posts it at once, a non-blocking receive writes each piece to the
+ * device as the wait or test that finds it arrived. Staging memory is lent to
+ * ferry's registry of pinned memory, so the device's part is one DMA.
  */
 #include "ferry_mpi.h"
 
@@ -34,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PIECE        ((size_t)4 << 20)  /* bytes of one MPI message of a large ferry message staged by its sender */
 #define WHOLE_PIECE  ((size_t)1 << 30)  /* the same when the sender has every byte in host memory at once */
@@ -185,12 +188,13 @@ typedef struct request {
   int peer, tag;     /* as given; once matched, the sender's */
   MPI_Request *reqs; /* MPI's requests of the message */
   size_t nreqs;
-  char *head;         /* a send's header (+ inline bytes, + the trailer word); a receive's HEAD_ROOM + trailer */
-  char *staging;      /* the whole range through host memory, for a device without host access */
-  void *mapped;       /* the range mapped without a copy (ferry__companion_map), until the request ends */
-  bool device_memory; /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
-  header hd;          /* a receive's, once matched */
-  ferry_status result;
+  char *head;           /* a send's header (+ inline bytes, + the trailer word); a receive's HEAD_ROOM + trailer */
+  char *staging;        /* the whole range through host memory, for a device without host access */
+  void *mapped;         /* the range mapped without a copy (ferry__companion_map), until the request ends */
+  bool device_memory;   /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
+  header hd;            /* a receive's, once matched */
+  size_t landed;        /* a receive through staging: the pieces written to the device so far */
+  ferry_status result;  /* REQ_FAILED's status, or the first failure of a request that goes on */
   char why[600];        /* REQ_FAILED's sentence, set on whichever thread matched it */
   uint64_t missed;      /* the last matching pass in which it found nothing */
   struct request *next; /* in the list of unmatched receives, oldest first */
@@ -234,6 +238,14 @@ static void refuse_mpi(request *q, const char *call, int rc) {
   refuse(q, FERRY_ERROR_BACKEND, "%s: %s failed: %s (MPI error %d)", q->fn, call, text, rc);
 }
 
+/* Keeps the first failure of a request that goes on (its sentence is this
+ * thread's now), for the wait or test that ends it. */
+static void keep_failure(request *q, ferry_status st) {
+  if (q->result != FERRY_OK) return;
+  q->result = st;
+  snprintf(q->why, sizeof q->why, "%s", ferry_last_error());
+}
+
 static request *request_new(const char *fn, const ferry_companion_hold *h, size_t offset, size_t bytes, MPI_Comm comm,
                             int peer, int tag) {
   request *q = calloc(1, sizeof *q);
@@ -248,11 +260,20 @@ static request *request_new(const char *fn, const ferry_companion_hold *h, size_
 /* Staging memory is kept for the next transfers: freeing it and mapping it
  * again for every message cost page faults and, on unmapping, a TLB shootdown
  * across the cores (11 ms for a fresh 4 MiB block against 0.2 ms for a warm one
- * in a virtual machine here). At most POOL_BLOCKS blocks of POOL_BYTES in all are
- * kept; each block's size is in the BLOCK_HEAD bytes before it. */
+ * in a virtual machine here). Each block is also lent to ferry's registry of
+ * pinned memory, so that a device's driver registers it (cuMemHostRegister) at
+ * its first transfer and every later one is a DMA straight into or out of it,
+ * not a copy through the engine's own pinned blocks; a lent block stays pinned
+ * while it is kept, which is what the pool's limits bound. At most POOL_BLOCKS
+ * blocks, pool_keep bytes in all; each block's size and the session it was
+ * lent in are in the page before it. */
 #define POOL_BLOCKS 16
-#define POOL_BYTES  ((size_t)256 << 20)
-#define BLOCK_HEAD  ((size_t)64)
+#define BLOCK_HEAD  ((size_t)4096) /* a page: the registry takes page-aligned memory */
+
+typedef struct block_info {
+  size_t size;
+  uint64_t session; /* the ferry session it is lent in; 0: not lent */
+} block_info;
 
 /* pool_lock, not lock: a receive matched under lock takes its staging. */
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -260,14 +281,39 @@ static char *pool[POOL_BLOCKS];
 static int pooled;
 static size_t pooled_bytes;
 
-static size_t block_size(const char *p) {
-  size_t n;
-  memcpy(&n, p - BLOCK_HEAD, sizeof n);
-  return n;
+static block_info *info_of(char *p) { return (block_info *)(void *)(p - BLOCK_HEAD); }
+static size_t block_size(char *p) { return info_of(p)->size; }
+
+/* Bytes the pool keeps: a sixteenth of the machine's memory, from 256 MiB to
+ * 2 GiB (a window of four 256 MiB messages each way, as `ferry-mpi-bench bibw`
+ * sends them, without lending and registering blocks again). */
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+static size_t pool_keep;
+
+static void pool_init(void) {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  uint64_t ram = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+  uint64_t limit = ram / 16, low = (uint64_t)256 << 20, high = (uint64_t)2 << 30;
+  pool_keep = (size_t)(limit < low ? low : limit > high ? high : limit);
+}
+
+/* Lends p to ferry's pinned registry for this session, once. A block that
+ * cannot be lent is staged by ferry's engine like any host memory. */
+static void lend(char *p) {
+  block_info *b = info_of(p);
+  if (b->session == ferry__companion_session()) return;
+  uint64_t session = 0;
+  b->session = ferry__companion_lend(p, b->size, &session) == FERRY_OK ? session : 0;
+}
+
+static void block_free(char *p) {
+  block_info *b = info_of(p);
+  if (b->session) ferry__companion_take_back(p, b->session);
+  free(b);
 }
 
 /* At least n bytes: the smallest kept block that fits and is at most twice n,
- * else a new one. NULL when there is no memory. */
+ * else a new one; lent. NULL when there is no memory. */
 static char *block_get(size_t n) {
   if (n == 0) n = 1;
   pthread_mutex_lock(&pool_lock);
@@ -283,23 +329,27 @@ static char *block_get(size_t n) {
     memmove(pool + best, pool + best + 1, (size_t)(--pooled - best) * sizeof *pool);
   }
   pthread_mutex_unlock(&pool_lock);
-  if (p) return p;
-  void *base = NULL;
-  if (n > SIZE_MAX - BLOCK_HEAD || posix_memalign(&base, BLOCK_HEAD, BLOCK_HEAD + n) != 0) return NULL;
-  memcpy(base, &n, sizeof n);
-  return (char *)base + BLOCK_HEAD;
+  if (!p) {
+    void *base = NULL;
+    if (n > SIZE_MAX - BLOCK_HEAD || posix_memalign(&base, BLOCK_HEAD, BLOCK_HEAD + n) != 0) return NULL;
+    p = (char *)base + BLOCK_HEAD;
+    *info_of(p) = (block_info){.size = n};
+  }
+  lend(p);
+  return p;
 }
 
 /* Keeps a block of block_get, in place of the oldest kept ones if there is no
  * room (the sizes in use change with the program's messages), or frees it. */
 static void block_put(char *p) {
   if (!p) return;
-  size_t size = block_size(p);
+  pthread_once(&pool_once, pool_init);
+  size_t size = block_size(p), keep = pool_keep;
   char *gone[POOL_BLOCKS];
   int ngone = 0;
   pthread_mutex_lock(&pool_lock);
-  if (size <= POOL_BYTES) {
-    while (pooled == POOL_BLOCKS || size > POOL_BYTES - pooled_bytes) {
+  if (size <= keep) {
+    while (pooled == POOL_BLOCKS || size > keep - pooled_bytes) {
       gone[ngone++] = pool[0];
       pooled_bytes -= block_size(pool[0]);
       memmove(pool, pool + 1, (size_t)--pooled * sizeof *pool);
@@ -310,8 +360,8 @@ static void block_put(char *p) {
   }
   pthread_mutex_unlock(&pool_lock);
   for (int i = 0; i < ngone; i++)
-    free(gone[i] - BLOCK_HEAD);
-  if (p) free(p - BLOCK_HEAD);
+    block_free(gone[i]);
+  if (p) block_free(p);
 }
 
 static char *staging_get(request *q, size_t n) { return q->staging = block_get(n); }
@@ -758,6 +808,38 @@ static ferry_status send_stream(request *q, char *slot[DEPTH]) {
   return st != FERRY_OK ? st : device_st;
 }
 
+/* A non-blocking send through host memory, after post_send marked its stream:
+ * piece k read from the device into the request's staging (lent to ferry's
+ * pinned registry, so one DMA) and posted at once, MPI moving it while piece k+1
+ * is read; then the trailer. Every piece goes even when the device could not
+ * give it (the receiver expects them all): the trailer says so, and the failure
+ * is kept for the wait, as an MPI failure here is. */
+static void send_staged(request *q, int head_len) {
+  size_t n = pieces_of(q->bytes, PIECE);
+  ferry_status device_st = FERRY_OK;
+  int rc = MPI_SUCCESS;
+  for (size_t k = 0; k < n && rc == MPI_SUCCESS; k++) {
+    size_t len = piece_len(q->bytes, PIECE, k);
+    char *at = q->staging + k * PIECE;
+    if (device_st == FERRY_OK &&
+        (device_st = device_part(q->fn, &q->hold, false, q->offset + k * PIECE, at, len)) != FERRY_OK)
+      keep_failure(q, device_st);
+    if ((rc = MPI_Isend(at, (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
+      q->nreqs++;
+  }
+  int64_t word = device_st;
+  memcpy(q->head + head_len, &word, sizeof word);
+  if (rc == MPI_SUCCESS &&
+      (rc = MPI_Isend(q->head + head_len, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
+    q->nreqs++;
+  stream_end(q->comm, true, q->peer, q->tag);
+  if (rc != MPI_SUCCESS) {
+    ferry_status mpi_st = mpi_failed(q->fn, "MPI_Isend", rc);
+    q->result = FERRY_OK; /* MPI's failure comes first */
+    keep_failure(q, mpi_st);
+  }
+}
+
 ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int dest, int tag, MPI_Comm comm) {
   static const char fn[] = "ferry_mpi_send";
   ferry_companion_hold h;
@@ -812,17 +894,14 @@ ferry_status ferry_mpi_isend(ferry_buffer buf, size_t offset, size_t bytes, int 
   }
   q->state = dest == MPI_PROC_NULL ? REQ_NOTHING : REQ_SEND;
   int head_len = 0;
-  const char *from = h.host ? (const char *)h.host + offset : NULL;
   if (q->state == REQ_SEND) {
-    st = make_head(q, false, &head_len);
-    if (st == FERRY_OK && bytes > INLINE_MAX && !from && !(from = map_range(q, bytes, false))) {
-      /* The whole range read from the device now. */
-      if (!staging_get(q, bytes))
-        st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, bytes);
-      else if ((st = device_part(fn, &h, false, offset, q->staging, bytes)) == FERRY_OK)
-        from = q->staging;
-    }
-    if (st == FERRY_OK) st = post_send(q, head_len, from ? from : q->head);
+    const char *from = h.host ? (const char *)h.host + offset : NULL;
+    bool staged = bytes > INLINE_MAX && !from && !(from = map_range(q, bytes, false));
+    st = make_head(q, staged, &head_len);
+    if (st == FERRY_OK && staged && !staging_get(q, bytes))
+      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, bytes);
+    if (st == FERRY_OK) st = post_send(q, head_len, staged ? NULL : from ? from : q->head);
+    if (st == FERRY_OK && staged) send_staged(q, head_len);
   }
   if (!q->mapped) debug_path(fn, &h, bytes, NULL);
   if (st == FERRY_OK) st = publish(q, out_request);
@@ -927,6 +1006,27 @@ static ferry_status recv_stream(request *q) {
   return st != FERRY_OK ? st : device_st;
 }
 
+/* A receive through staging: each piece written to the device as soon as it
+ * has arrived (MPI completes a channel's messages in order), while the later
+ * ones arrive; waiting for them, or (`wait` false) as far as they have come.
+ * A device failure is kept, and the pieces are still received. MPI's status. */
+static int land(request *q, bool wait) {
+  size_t n = pieces_of(q->hd.total, q->hd.piece);
+  while (q->landed < n) {
+    int flag = 1,
+        rc = wait ? wait_all(1, &q->reqs[q->landed]) : MPI_Test(&q->reqs[q->landed], &flag, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return rc;
+    if (!flag) break;
+    size_t k = q->landed++, len = piece_len(q->hd.total, q->hd.piece, k);
+    if (q->result == FERRY_OK) {
+      ferry_status st =
+          device_part(q->fn, &q->hold, true, q->offset + k * q->hd.piece, q->staging + k * q->hd.piece, len);
+      if (st != FERRY_OK) keep_failure(q, st);
+    }
+  }
+  return MPI_SUCCESS;
+}
+
 /* Moves a request on, waiting or not; *done once it has ended. */
 static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_status) {
   const char *fn = q->fn;
@@ -945,6 +1045,10 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
   case REQ_FAILED: *done = true; return ferry__companion_fail(q->result, "%s", q->why);
   case REQ_SEND:
   case REQ_PIECES:
+    if (q->state == REQ_PIECES && q->staging && (rc = land(q, wait)) != MPI_SUCCESS) {
+      *done = true;
+      return mpi_failed(fn, wait ? "MPI_Wait" : "MPI_Test", rc);
+    }
     rc = wait ? wait_all((int)q->nreqs, q->reqs) : MPI_Testall((int)q->nreqs, q->reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       *done = true;
@@ -952,11 +1056,15 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
     }
     if (!wait && !flag) return FERRY_OK;
     *done = true;
-    if (q->state == REQ_SEND) return unmap_range(q);
+    if (q->state == REQ_SEND) {
+      ferry_status unmapped = unmap_range(q);
+      return q->result != FERRY_OK ? ferry__companion_fail(q->result, "%s", q->why) : unmapped;
+    }
+    if (q->staging) land(q, false); /* every piece is in: the ones a test found late */
     int64_t word;
     memcpy(&word, q->head + HEAD_ROOM, sizeof word);
     st = trailer_status(fn, word, q->peer);
-    if (st == FERRY_OK && q->staging) st = device_part(fn, &q->hold, true, q->offset, q->staging, q->hd.total);
+    if (st == FERRY_OK && q->result != FERRY_OK) st = ferry__companion_fail(q->result, "%s", q->why);
     ferry_status unmapped = unmap_range(q);
     if (st == FERRY_OK) st = unmapped;
     break;

@@ -29,7 +29,7 @@
 #include <stddef.h>
 
 #define FERRY_PY_CAPI_NAME    "ferry._ferry._C_API"
-#define FERRY_PY_CAPI_VERSION 2
+#define FERRY_PY_CAPI_VERSION 3
 
 typedef struct ferry_py_capi {
   int version; /* FERRY_PY_CAPI_VERSION */
@@ -47,6 +47,9 @@ typedef struct ferry_py_capi {
   ferry_status (*companion_unmap)(const ferry_companion_hold *hold, const char *fn, void *ptr);
   ferry_status (*companion_device_address)(const ferry_companion_hold *hold, const char *fn, size_t offset,
                                            uintptr_t *out);
+  ferry_status (*companion_lend)(void *ptr, size_t bytes, uint64_t *out_session);
+  void (*companion_take_back)(void *ptr, uint64_t session);
+  uint64_t (*companion_session)(void);
 
   /* libferry's public functions (include/ferry.h). */
   size_t (*device_count)(void);
@@ -54,6 +57,7 @@ typedef struct ferry_py_capi {
   ferry_status (*device_info_get)(const ferry_device *device, ferry_device_info *out);
   const char *(*kind_name)(ferry_kind kind);
   const char *(*status_name)(ferry_status status);
+  const char *(*last_error)(void);
 
   /* ferry._ferry's own, with the GIL. */
   /* The handle of a live ferry.Buffer: 0; else a Python exception set

@@ -48,6 +48,14 @@ ferry_status ferry__companion_device_address(const ferry_companion_hold *hold, c
   return ferry__py_capi->companion_device_address(hold, fn, offset, out);
 }
 
+ferry_status ferry__companion_lend(void *ptr, size_t bytes, uint64_t *out_session) {
+  return ferry__py_capi->companion_lend(ptr, bytes, out_session);
+}
+
+void ferry__companion_take_back(void *ptr, uint64_t session) { ferry__py_capi->companion_take_back(ptr, session); }
+
+uint64_t ferry__companion_session(void) { return ferry__py_capi->companion_session(); }
+
 ferry_status ferry__companion_hold(ferry_buffer buffer, const char *fn, ferry_companion_hold *out) {
   return ferry__py_capi->companion_hold(buffer, fn, out);
 }
@@ -81,3 +89,5 @@ ferry_status ferry_device_info_get(const ferry_device *device, ferry_device_info
 const char *ferry_kind_name(ferry_kind k) { return ferry__py_capi->kind_name(k); }
 
 const char *ferry_status_name(ferry_status s) { return ferry__py_capi->status_name(s); }
+
+const char *ferry_last_error(void) { return ferry__py_capi->last_error(); }
