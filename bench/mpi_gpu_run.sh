@@ -58,8 +58,8 @@ run cuda_big bw bibw allreduce -m 256M:256M -W 4 -i 50 -x 20 -r 5 -d 0
 run cuda_lat latency -m 8:8 -r 5 -d 0
 FERRY_DEBUG=mpi timeout 60 mpirun -n 2 -x FERRY_BACKENDS -x OCL_ICD_VENDORS -x FERRY_DEBUG "$B/ferry-mpi-bench" bw \
   -m 64M:64M -W 1 -i 5 -x 1 -r 1 -d 0 2>&1 | grep "ferry mpi" | sort | uniq -c | head
-NATIVE=$("$B/ferry" info | awk '$2 == "native" {print $1; exit}')
-OCL=$("$B/ferry" info | awk '$2 == "opencl" && / gpu / {print $1; exit}')
+NATIVE=$(mpirun -n 1 -x FERRY_BACKENDS -x OCL_ICD_VENDORS "$B/ferry" info | awk '$2 == "native" {print $1; exit}')
+OCL=$(mpirun -n 1 -x FERRY_BACKENDS -x OCL_ICD_VENDORS "$B/ferry" info | awk '$2 == "opencl" && / gpu / {print $1; exit}')
 run native_big bw allreduce -m 256M:256M -W 4 -i 50 -x 20 -r 5 -d "$NATIVE"
 if [ -n "$OCL" ]; then
   run opencl_big bw allreduce -m 256M:256M -W 4 -i 50 -x 20 -r 5 -d "$OCL"
