@@ -64,17 +64,15 @@ ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const c
     return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
                        offset + bytes, slot->bytes);
   }
-  if ((st = ferry__queue_settle_default(slot->device, fn)) == FERRY_OK) {
-    ferry_op op = {.kind = to_device ? FERRY_OP_WRITE : FERRY_OP_READ, .fn = fn, .bytes = bytes, .host = host};
-    if (to_device) {
-      op.dst = slot;
-      op.dst_offset = offset;
-    } else {
-      op.src = slot;
-      op.src_offset = offset;
-    }
-    st = ferry__op_run(&op, (ferry_lanes){0});
+  ferry_op op = {.kind = to_device ? FERRY_OP_WRITE : FERRY_OP_READ, .fn = fn, .bytes = bytes, .host = host};
+  if (to_device) {
+    op.dst = slot;
+    op.dst_offset = offset;
+  } else {
+    op.src = slot;
+    op.src_offset = offset;
   }
+  st = ferry__run_now(&op);
   ferry__leave();
   return st;
 }

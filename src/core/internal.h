@@ -408,6 +408,10 @@ ferry_lane *ferry__lane_for(ferry_lanes lanes, ferry_device *dev, ferry_dma_dir 
 /* Runs a WRITE, READ, COPY or FILL to completion on `lanes` and counts it in
  * the statistics; a failure's sentence names op->fn and the buffers. */
 ferry_status ferry__op_run(const ferry_op *op, ferry_lanes lanes);
+/* A synchronous call's operation (transfer.c): the default queues' work on the
+ * devices it touches first, then the operation, complete on return. The
+ * references of op are the caller's. */
+ferry_status ferry__run_now(ferry_op *op);
 /* Drops the references an operation holds (its slots, its capture). */
 void ferry__op_release(ferry_op *op);
 /* Counts a completed WRITE, READ or COPY in the statistics. */

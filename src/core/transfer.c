@@ -67,7 +67,7 @@ static ferry_status check_range(const char *fn, const ferry_slot *slot, size_t o
 /* A synchronous call: the work already submitted to the default queue of each
  * device the operation touches first, then the operation itself, complete on
  * return. The references of op are the caller's. */
-static ferry_status run_now(ferry_op *op) {
+ferry_status ferry__run_now(ferry_op *op) {
   ferry_slot *a = op->dst ? op->dst : op->src, *b = op->src && op->dst ? op->src : NULL;
   ferry_status st = ferry__queue_settle_default(a->device, op->fn);
   if (st == FERRY_OK && b && b->device != a->device) st = ferry__queue_settle_default(b->device, op->fn);
@@ -85,7 +85,7 @@ ferry_status ferry_host_to_device(ferry_array src, ferry_buffer dst) {
   size_t bytes = 0;
   if ((st = check_typed(fn, src, slot, &bytes)) == FERRY_OK) {
     ferry_op op = {.kind = FERRY_OP_WRITE, .fn = fn, .dst = slot, .bytes = bytes, .host = src.data};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(slot);
   return st;
@@ -99,7 +99,7 @@ ferry_status ferry_device_to_host(ferry_buffer src, ferry_array dst) {
   size_t bytes = 0;
   if ((st = check_typed(fn, dst, slot, &bytes)) == FERRY_OK) {
     ferry_op op = {.kind = FERRY_OP_READ, .fn = fn, .src = slot, .bytes = bytes, .host = dst.data};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(slot);
   return st;
@@ -113,7 +113,7 @@ ferry_status ferry_host_ptr_to_device(const void *src_ptr, size_t byte_size, fer
   if ((st = check_ptr(fn, src_ptr, byte_size, slot)) == FERRY_OK) {
     ferry_op op = {
         .kind = FERRY_OP_WRITE, .fn = fn, .dst = slot, .bytes = byte_size, .host = (void *)(uintptr_t)src_ptr};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(slot);
   return st;
@@ -126,7 +126,7 @@ ferry_status ferry_device_to_host_ptr(ferry_buffer src, void *dst_ptr, size_t by
   if (st != FERRY_OK) return st;
   if ((st = check_ptr(fn, dst_ptr, byte_size, slot)) == FERRY_OK) {
     ferry_op op = {.kind = FERRY_OP_READ, .fn = fn, .src = slot, .bytes = byte_size, .host = dst_ptr};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(slot);
   return st;
@@ -156,7 +156,7 @@ ferry_status ferry_device_to_device(ferry_buffer src, ferry_buffer dst) {
   }
   if ((st = check_pair(fn, s, d)) == FERRY_OK) {
     ferry_op op = {.kind = FERRY_OP_COPY, .fn = fn, .src = s, .dst = d, .bytes = s->bytes};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(d);
   ferry__release(s);
@@ -178,7 +178,7 @@ ferry_status ferry_write(ferry_buffer dst, size_t dst_offset, const void *src, s
                      .dst_offset = dst_offset,
                      .bytes = bytes,
                      .host = (void *)(uintptr_t)src};
-      st = run_now(&op);
+      st = ferry__run_now(&op);
     }
   }
   ferry__release(slot);
@@ -196,7 +196,7 @@ ferry_status ferry_read(ferry_buffer src, size_t src_offset, void *dst, size_t b
     else {
       ferry_op op = {
           .kind = FERRY_OP_READ, .fn = fn, .src = slot, .src_offset = src_offset, .bytes = bytes, .host = dst};
-      st = run_now(&op);
+      st = ferry__run_now(&op);
     }
   }
   ferry__release(slot);
@@ -224,7 +224,7 @@ ferry_status ferry_copy(ferry_buffer src, size_t src_offset, ferry_buffer dst, s
                    .dst = d,
                    .dst_offset = dst_offset,
                    .bytes = bytes};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(d);
   ferry__release(s);
@@ -265,7 +265,7 @@ ferry_status ferry_fill(ferry_buffer dst, size_t dst_offset, size_t bytes, const
                    .bytes = bytes,
                    .pattern = pat,
                    .pattern_size = (unsigned)pattern_size};
-    st = run_now(&op);
+    st = ferry__run_now(&op);
   }
   ferry__release(slot);
   return st;
