@@ -140,11 +140,14 @@ typedef struct ferry_device ferry_device;
  * ferry_backend_get). */
 FERRY_API ferry_status ferry_init(void);
 
-/* Frees every buffer, cached allocation, pinned host block and device, and unloads
- * the drivers. Every buffer handle and device pointer becomes stale; a later call
- * initialises again, and old handles stay stale, whatever happened before. Memory
- * that DLPack tensors still hold is released too (their deleters stay safe to call
- * later; see ferry_dlpack_export), and imported tensors' deleters run, on this
+/* Waits for the work of every queue (see "Queues and events" below; a failure
+ * never reported is printed with FERRY_DEBUG set), then frees every queue,
+ * event, buffer, cached allocation, pinned host block and device, and unloads
+ * the drivers. Every buffer, queue and event handle and every device pointer
+ * becomes stale; a later call initialises again, and old handles stay stale,
+ * whatever happened before. Memory that DLPack tensors still hold is released
+ * too (their deleters stay safe to call later; see ferry_dlpack_export), and
+ * imported tensors' deleters run, on this
  * thread, just before ferry_shutdown returns, when the session is gone and
  * ferry holds no lock (see ferry_dlpack_import). With
  * FERRY_DEBUG=leaks in the environment, prints every buffer still live to stderr
@@ -172,12 +175,16 @@ FERRY_API ferry_status ferry_device_get(size_t index, ferry_device **out_device)
  * device, else the first device; NULL when there are no devices at all. */
 FERRY_API ferry_device *ferry_device_best(void);
 
-/* Waits until all work ferry queued on the device is complete. ferry's own
- * transfers are synchronous, so this matters for work the user enqueued through
- * ferry_device_native's handles (CUDA: cuCtxSynchronize of the primary context;
- * OpenCL: clFinish; Vulkan: vkQueueWaitIdle). On the checked backend it also
- * verifies the guard bytes of every live buffer and the poison of quarantined
- * memory, and reports the first corruption found as FERRY_ERROR_BACKEND. */
+/* Waits until all work on the device is complete: what was submitted to every
+ * queue of the device (its default queue included), then the work the user
+ * enqueued through ferry_device_native's and ferry_queue_native's handles
+ * (CUDA: cuCtxSynchronize of the primary context; OpenCL: clFinish of every
+ * queue; Vulkan: vkQueueWaitIdle; Metal: an empty command buffer waited for).
+ * Reports a failure of a queue's work not yet reported, as
+ * ferry_queue_synchronize would (saying how many other queues of the device
+ * failed too). On the checked backend it also verifies the guard bytes of
+ * every live buffer and the poison of quarantined memory, and reports the
+ * first corruption found as FERRY_ERROR_BACKEND. */
 FERRY_API ferry_status ferry_device_synchronize(ferry_device *device);
 
 typedef struct ferry_device_info {
@@ -643,12 +650,14 @@ FERRY_API ferry_status ferry_queue_synchronize(ferry_queue queue);
 FERRY_API ferry_status ferry_queue_query(ferry_queue queue);
 
 /* The native queue under a ferry queue, for launching one's own kernels in its
- * order: .queue is the CUstream, cl_command_queue, VkQueue (and .queue_family)
- * or id<MTLCommandQueue>, 0 on the host backends; .device and .context as
+ * order: .queue is the CUstream, cl_command_queue or VkQueue (and
+ * .queue_family), 0 on the host backends; .device and .context as
  * ferry_device_native. Work submitted to a CUDA stream or an OpenCL queue is
  * ordered with the ferry queue's as the driver orders it; on Vulkan, order with
  * events instead, and submit nothing to the VkQueue while a ferry call on that
- * device runs (Vulkan wants a queue externally synchronised). */
+ * device runs (Vulkan wants a queue externally synchronised).
+ * FERRY_ERROR_UNSUPPORTED on Metal, whose queues' work does not yet run on an
+ * id<MTLCommandQueue> of its own: no native queue is ordered with it. */
 FERRY_API ferry_status ferry_queue_native(ferry_queue queue, ferry_native *out_native);
 
 /* ferry_write, ferry_read, ferry_copy on a queue. write and read take a queue

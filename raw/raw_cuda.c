@@ -11,6 +11,8 @@
  *   alloc_free  cuMemAlloc_v2 + cuMemFree_v2
  *   peer        cuMemcpyPeer + cuCtxSynchronize, in the destination's context
  *   h2d_async   cuMemcpyHtoDAsync_v2 on the legacy stream; finish: cuStreamSynchronize of it
+ *   both        cuMemcpyHtoDAsync_v2 and cuMemcpyDtoHAsync_v2 on two non-blocking streams of
+ *               the baseline's own, then cuStreamSynchronize of each
  */
 #include "raw_cuda.h"
 #include "raw.h"
@@ -21,6 +23,8 @@
 struct raw_baseline {
   const raw_cuda_driver *api;
   cu_context ctx;
+  cu_stream up, down; /* both's streams, made at its first call */
+  cu_result streams_error;
 };
 
 const raw_cuda_driver *raw_cuda_driver_load(char why[256]) {
@@ -78,7 +82,13 @@ static raw_baseline *cuda_open(ferry_device *dev, char why[256]) {
   return raw;
 }
 
-static void cuda_close(raw_baseline *raw) { free(raw); }
+static void cuda_close(raw_baseline *raw) {
+  if (current(raw) == 0) {
+    if (raw->up) (void)raw->api->cuStreamDestroy(raw->up);
+    if (raw->down) (void)raw->api->cuStreamDestroy(raw->down);
+  }
+  free(raw);
+}
 
 static int cuda_h2d(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
   if (current(raw)) return -1;
@@ -114,6 +124,25 @@ static int cuda_h2d_async(raw_baseline *raw, ferry_buffer dst, const void *src, 
 static int cuda_finish(raw_baseline *raw) {
   if (current(raw)) return -1;
   cu_result r = raw->api->cuStreamSynchronize(NULL);
+  return r == FCU_SUCCESS ? 0 : (int)r;
+}
+
+/* Both directions at once, as a program with two streams would write it: each
+ * copy on a non-blocking stream of its own (CU_STREAM_NON_BLOCKING: neither waits
+ * for the legacy stream), then each stream synchronised. From pageable memory
+ * the driver stages the bytes itself, as it does for one direction. */
+static int cuda_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst,
+                     size_t bytes) {
+  if (current(raw)) return -1;
+  if (!raw->up && !raw->streams_error) {
+    raw->streams_error = raw->api->cuStreamCreate(&raw->up, FCU_STREAM_NON_BLOCKING);
+    if (!raw->streams_error) raw->streams_error = raw->api->cuStreamCreate(&raw->down, FCU_STREAM_NON_BLOCKING);
+  }
+  if (raw->streams_error) return (int)raw->streams_error;
+  cu_result r = raw->api->cuMemcpyHtoDAsync((cu_deviceptr)ferry_device_ptr(dst_buf), src, bytes, raw->up);
+  if (r == FCU_SUCCESS) r = raw->api->cuMemcpyDtoHAsync(dst, (cu_deviceptr)ferry_device_ptr(src_buf), bytes, raw->down);
+  cu_result first = raw->api->cuStreamSynchronize(raw->up), second = raw->api->cuStreamSynchronize(raw->down);
+  if (r == FCU_SUCCESS) r = first != FCU_SUCCESS ? first : second;
   return r == FCU_SUCCESS ? 0 : (int)r;
 }
 
@@ -165,6 +194,8 @@ static const raw_ops cuda_raw = {
     .h2d_async = cuda_h2d_async,
     .finish_name = "cuStreamSynchronize",
     .finish = cuda_finish,
+    .both_name = "cuMemcpyHtoDAsync + cuMemcpyDtoHAsync on two non-blocking streams + cuStreamSynchronize (both)",
+    .both = cuda_both,
 };
 
 const raw_ops *raw_cuda_ops(void) { return &cuda_raw; }

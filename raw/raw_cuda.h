@@ -28,6 +28,10 @@
   X(cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", true, cu_result,                                                        \
     (cu_deviceptr dst, const void *src, size_t bytes, cu_stream stream))                                               \
   X(cuMemcpyDtoH, "cuMemcpyDtoH_v2", true, cu_result, (void *dst, cu_deviceptr src, size_t bytes))                     \
+  X(cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", true, cu_result,                                                        \
+    (void *dst, cu_deviceptr src, size_t bytes, cu_stream stream))                                                     \
+  X(cuStreamCreate, "cuStreamCreate", true, cu_result, (cu_stream * stream, unsigned int flags))                       \
+  X(cuStreamDestroy, "cuStreamDestroy_v2", true, cu_result, (cu_stream stream))                                        \
   X(cuMemcpyDtoD, "cuMemcpyDtoD_v2", true, cu_result, (cu_deviceptr dst, cu_deviceptr src, size_t bytes))              \
   X(cuMemcpyPeer, "cuMemcpyPeer", true, cu_result,                                                                     \
     (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx, size_t bytes))

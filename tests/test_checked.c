@@ -52,7 +52,7 @@ int main(void) {
   CHECK_ERROR_HAS("after the end");
   CHECK_ERROR_HAS("offset 100");
   CHECK_ERROR_HAS("holds 2a 00 fd");
-  CHECK_ERROR_HAS("ferry_host_to_device: buffer");
+  CHECK_ERROR_HAS("ferry_host_to_device: bytes 0..100 of buffer");
   /* The failed transfer changed nothing. */
   CHECK(memcmp(raw, h, 100) == 0);
   CHECK_STATUS(ferry_device_to_host(b, ferry_array_of(back, 100, FERRY_UINT8)), FERRY_ERROR_BACKEND);
@@ -102,7 +102,7 @@ int main(void) {
   raw = (unsigned char *)ferry_device_ptr(b);
   raw[104] = 0x11;
   CHECK_STATUS(ferry_write(b, 0, NULL, 0), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("ferry_write: buffer");
+  CHECK_ERROR_HAS("ferry_write: bytes 0..0 of buffer");
   CHECK_ERROR_HAS("offset 104");
   CHECK_STATUS(ferry_read(b, 100, NULL, 0), FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_copy(b, 10, b, 10, 50), FERRY_ERROR_BACKEND);

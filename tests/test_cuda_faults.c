@@ -168,7 +168,7 @@ static void transfer_errors(void) {
   CHECK_OK(ferry_write(b, 0, h, sizeof h));
   CHECK(inject("cuEventSynchronize", FCU_ERROR_LAUNCH_FAILED, 0, 1) == 0);
   CHECK_STATUS(ferry_copy(b, 0, c, 0, 1000), FERRY_ERROR_BACKEND);
-  CHECK_ERROR_HAS("ferry_copy: from buffer");
+  CHECK_ERROR_HAS("ferry_copy: from bytes 0..1000 of buffer");
   CHECK_ERROR_HAS("cuEventSynchronize (waiting for the stream's work)");
   CHECK_ERROR_HAS("CUDA_ERROR_LAUNCH_FAILED (719)");
   /* The wait failed but the copy did not: it has finished when the call returns, so nothing

@@ -60,7 +60,7 @@ static void each_operation_fails_cleanly(void) {
   arm(OP_WRITE, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_host_to_device(ferry_array_of(other, 1000, FERRY_FLOAT32), buf), FERRY_ERROR_BACKEND);
   expect_injected("write");
-  CHECK_ERROR_HAS("ferry_host_to_device: buffer");
+  CHECK_ERROR_HAS("ferry_host_to_device: bytes 0..4000 of buffer");
   arm(OP_WRITE, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_write(buf, 4, other, 8), FERRY_ERROR_BACKEND);
   memcpy(back, other, sizeof back);
@@ -77,7 +77,7 @@ static void each_operation_fails_cleanly(void) {
   arm(OP_COPY, FERRY_ERROR_BACKEND);
   CHECK_STATUS(ferry_device_to_device(buf, twin), FERRY_ERROR_BACKEND);
   expect_injected("copy");
-  CHECK_ERROR_HAS("ferry_device_to_device: from buffer");
+  CHECK_ERROR_HAS("ferry_device_to_device: from bytes 0..4000 of buffer");
   /* Overlapping copy within a buffer goes through a temporary: a failure there leaks nothing. */
   CHECK_OK(ferry_device_trim(a));
   long allocs = fault.live_allocs;

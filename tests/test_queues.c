@@ -122,7 +122,7 @@ static void failure_mid_queue(ferry_device *a) {
   /* Reported once, naming the operation, the buffer and the driver's words, with what was not run. */
   CHECK_STATUS(ferry_queue_synchronize(q), FERRY_ERROR_BACKEND);
   CHECK_ERROR_HAS("ferry_queue_synchronize");
-  CHECK_ERROR_HAS("ferry_write_async");
+  CHECK_ERROR_HAS("ferry_write_async: bytes 0..4096 of buffer");
   CHECK_ERROR_HAS("4096 uint8 elements");
   CHECK_ERROR_HAS("FAULT_DRIVER_ERROR (-99) injected into write");
   CHECK_ERROR_HAS("3 operations submitted behind it were not run");

@@ -24,11 +24,14 @@ ferry_lane *ferry__lane_for(ferry_lanes lanes, ferry_device *dev, ferry_dma_dir 
 ferry_status ferry__op_failed(ferry_status st, const ferry_op *op) {
   char a[512], b[512];
   if (op->kind == FERRY_OP_COPY)
-    return ferry__fail(st, "%s: from %s to %s: %s", op->fn, ferry__buffer_text(op->src, a),
-                       ferry__buffer_text(op->dst, b), ferry__error_text());
+    return ferry__fail(st, "%s: from bytes %zu..%zu of %s to bytes %zu..%zu of %s: %s", op->fn, op->src_offset,
+                       op->src_offset + op->bytes, ferry__buffer_text(op->src, a), op->dst_offset,
+                       op->dst_offset + op->bytes, ferry__buffer_text(op->dst, b), ferry__error_text());
   const ferry_slot *slot = op->kind == FERRY_OP_READ ? op->src : op->dst;
   if (!slot) return ferry__fail(st, "%s: %s", op->fn, ferry__error_text()); /* a marker or a wait: no buffer */
-  return ferry__fail(st, "%s: %s: %s", op->fn, ferry__buffer_text(slot, a), ferry__error_text());
+  size_t offset = op->kind == FERRY_OP_READ ? op->src_offset : op->dst_offset;
+  return ferry__fail(st, "%s: bytes %zu..%zu of %s: %s", op->fn, offset, offset + op->bytes,
+                     ferry__buffer_text(slot, a), ferry__error_text());
 }
 
 void ferry__op_release(ferry_op *op) {

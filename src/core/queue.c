@@ -1076,6 +1076,15 @@ ferry_status ferry_queue_native(ferry_queue queue, ferry_native *out_native) {
       ferry__fail(st, "%s: %s: %s", fn, dev->label, ferry__error_text());
     else if (q->lane && dev->ops->lane_native && (st = dev->ops->lane_native(dev, q->lane, &n)) != FERRY_OK)
       ferry__fail(st, "%s: %s: %s", fn, dev->label, ferry__error_text());
+    else if (!q->lane && n.queue)
+      /* The device has a native queue, but this queue's work runs on ferry's
+       * thread: handing out the device's queue would promise an order that
+       * does not hold. */
+      st = ferry__fail(FERRY_ERROR_UNSUPPORTED,
+                       "%s: the queues of %s do not yet run on a native queue (their work runs on ferry's own thread), "
+                       "so no native queue is ordered with them; order your own work with ferry_event_record and "
+                       "ferry_event_synchronize",
+                       fn, dev->label);
     if (st == FERRY_OK) *out_native = n;
     ferry__queue_unref(q);
   }

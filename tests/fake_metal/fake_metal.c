@@ -245,7 +245,9 @@ typedef struct fbuffer {
 } fbuffer;
 
 typedef struct fop {
-  bool synchronize; /* synchronizeResource: of src; else a copy */
+  bool synchronize; /* synchronizeResource: of src; else a copy or a fill */
+  bool fill;        /* fillBuffer:range:value: of dst with value */
+  unsigned char value;
   fbuffer *src, *dst;
   size_t src_offset, dst_offset, size;
 } fop;
@@ -489,6 +491,7 @@ enum {
   S_STATUS,
   S_ERROR,
   S_COPY,
+  S_FILL,
   S_SYNCHRONIZE,
   S_END_ENCODING,
   SELECTOR_COUNT
@@ -532,6 +535,7 @@ static const struct method_info {
     [S_STATUS] = {"status", KIND(K_COMMAND_BUFFER), "Q@:"},
     [S_ERROR] = {"error", KIND(K_COMMAND_BUFFER), "@@:"},
     [S_COPY] = {"copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", KIND(K_BLIT_ENCODER), "v@:@Q@QQ"},
+    [S_FILL] = {"fillBuffer:range:value:", KIND(K_BLIT_ENCODER), "v@:@{_NSRange=QQ}C"},
     [S_SYNCHRONIZE] = {"synchronizeResource:", KIND(K_BLIT_ENCODER), "v@:@"},
     [S_END_ENCODING] = {"endEncoding", KIND(K_BLIT_ENCODER), "v@:"},
 };
@@ -708,6 +712,11 @@ static void run_command_buffer(fcb *cb) {
     fop *op = &cb->ops[i];
     if (op->synchronize) {
       if (op->src->mode == STORAGE_MANAGED) memcpy(op->src->cpu, op->src->gpu, op->src->length);
+    } else if (op->fill) {
+      memset(op->dst->gpu + op->dst_offset, op->value, op->size);
+      pthread_mutex_lock(&lock);
+      counts.fills++;
+      pthread_mutex_unlock(&lock);
     } else {
       memcpy(op->dst->gpu + op->dst_offset, op->src->gpu + op->src_offset, op->size);
       pthread_mutex_lock(&lock);
@@ -896,6 +905,26 @@ static void blit_copy(fblit *e, uintptr_t src_arg, uintptr_t so, uintptr_t dst_a
   add_op(e->cb, (fop){.src = src, .dst = dst, .src_offset = so, .dst_offset = doff, .size = size});
 }
 
+/* The NSRange comes as two integer arguments (both ABIs pass it in two registers). */
+static void blit_fill(fblit *e, uintptr_t dst_arg, uintptr_t location, uintptr_t length, uintptr_t value) {
+  static const char call[] = "fillBuffer:range:value:";
+  check_encoding(e, call);
+  fbuffer *dst = blit_buffer(e, dst_arg, call, "destination");
+  if (location % 4 || length % 4)
+    misuse("%s: range {%lu, %lu} must start and end on multiples of 4 on macOS", call, (unsigned long)location,
+           (unsigned long)length);
+  if (length == 0) misuse("%s: an empty range", call);
+  if (location > dst->length || length > dst->length - location)
+    misuse("%s: bytes %lu..%lu past the end of a %zu-byte buffer", call, (unsigned long)location,
+           (unsigned long)(location + length), dst->length);
+  if (value > 0xff) misuse("%s: value %lu is not a byte", call, (unsigned long)value);
+  /* src = dst: add_op and the release take a reference to each */
+  add_op(
+      e->cb,
+      (fop){
+          .fill = true, .value = (unsigned char)value, .src = dst, .dst = dst, .dst_offset = location, .size = length});
+}
+
 static void commit(fcb *cb) {
   if (atomic_load(&cb->status) != CB_NOT_ENQUEUED) misuse("commit: the command buffer was committed already");
   if (cb->encoder && !cb->encoder->ended)
@@ -1034,6 +1063,7 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
   }
   /* MTLBlitCommandEncoder */
   case S_COPY: blit_copy((fblit *)self, a0, a1, a2, a3, a4); return 0;
+  case S_FILL: blit_fill((fblit *)self, a0, a1, a2, a3 & 0xff); return 0;
   case S_SYNCHRONIZE: {
     fblit *e = (fblit *)self;
     check_encoding(e, "synchronizeResource:");

@@ -38,6 +38,7 @@ typedef struct fake_metal_counts {
   long live_objects;    /* objects the program holds (device references beyond the system's own included) */
   long command_buffers; /* committed */
   long blits;           /* copyFromBuffer:... commands run */
+  long fills;           /* fillBuffer:range:value: commands run */
   long buffers;         /* newBufferWithLength:options: buffers made */
   long no_copy_buffers; /* newBufferWithBytesNoCopy:... buffers made */
   long no_copy_refused; /* newBufferWithBytesNoCopy:... calls refused (pointer or length not on pages) */

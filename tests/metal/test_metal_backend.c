@@ -133,6 +133,61 @@ static void unaligned_ranges(ferry_device *dev) {
   CHECK_OK(ferry_free(b));
 }
 
+static long fills_run(void) {
+  if (!fake_counts) return 0;
+  fake_metal_counts c;
+  fake_counts(&c);
+  return c.fills;
+}
+
+/* Fills at every offset and length around a word: patterns of one byte value
+ * by fillBuffer:range:value: on the whole words (discrete GPUs), the bytes
+ * around them and patterns of different bytes written by the core. */
+static void fills_at_every_offset(ferry_device *dev) {
+  section("fills starting and ending anywhere in a word, of 1, 2 and 4 bytes");
+  unsigned char model[SPAN], back[SPAN];
+  ferry_buffer b = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev, SPAN, FERRY_UINT8, &b));
+  fill_pattern(model, SPAN, 3);
+  CHECK_OK(ferry_write(b, 0, model, SPAN));
+  static const unsigned char patterns[][4] = {
+      {0x5a}, {0x77, 0x77}, {0x12, 0x34}, {0xc3, 0xc3, 0xc3, 0xc3}, {1, 2, 3, 4}};
+  static const size_t sizes[] = {1, 2, 2, 4, 4};
+  long before = fills_run();
+  for (size_t p = 0; p < sizeof sizes / sizeof sizes[0]; p++) {
+    size_t ps = sizes[p];
+    for (size_t off = 0; off < 9; off += ps) {
+      for (size_t n = ps; n <= 24 && off + n <= SPAN; n += ps) {
+        CHECK_OK(ferry_fill(b, off, n, patterns[p], ps));
+        for (size_t i = 0; i < n; i++)
+          model[off + i] = patterns[p][i % ps];
+        read_all(b, back);
+        CHECK_MSG(memcmp(model, back, SPAN) == 0, "after filling %zu bytes at offset %zu with a %zu-byte pattern", n,
+                  off, ps);
+      }
+    }
+  }
+  /* On a queue too, behind a write. */
+  ferry_queue q = FERRY_NULL_QUEUE;
+  CHECK_OK(ferry_queue_create(dev, &q));
+  CHECK_OK(ferry_write_async(q, b, 0, model, SPAN));
+  CHECK_OK(ferry_fill_async(q, b, 5, 40, (unsigned char[]){0xee}, 1));
+  CHECK_OK(ferry_queue_synchronize(q));
+  memset(model + 5, 0xee, 40);
+  read_all(b, back);
+  CHECK_MSG(memcmp(model, back, SPAN) == 0, "after a fill on a queue");
+  ferry_native nat;
+  CHECK_STATUS(ferry_queue_native(q, &nat), FERRY_ERROR_UNSUPPORTED);
+  CHECK_ERROR_HAS("native queue");
+  CHECK_OK(ferry_queue_destroy(q));
+  if (fake_counts && !unified(dev))
+    CHECK_MSG(fills_run() > before, "no fillBuffer:range:value: on a discrete GPU (%ld before, %ld after)", before,
+              fills_run());
+  if (fake_counts && unified(dev))
+    CHECK_MSG(fills_run() == before, "fillBuffer:range:value: on unified memory, which the core fills in place");
+  CHECK_OK(ferry_free(b));
+}
+
 static void copies_at_every_offset(ferry_device *dev) {
   section("copies within the device at every pair of offsets");
   static const size_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 13, 29};
@@ -411,6 +466,7 @@ static void run_device(ferry_device *dev) {
   printf("device %zu: %s (%s memory)\n", info.index, info.name, unified(dev) ? "unified" : "discrete");
   device_facts(dev);
   unaligned_ranges(dev);
+  fills_at_every_offset(dev);
   copies_at_every_offset(dev);
   neighbours_at_once(dev);
   host_alloc_blocks(dev);

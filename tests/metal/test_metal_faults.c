@@ -158,6 +158,13 @@ static void command_buffer_error(ferry_device *dev, bool unified) {
     inject(NULL, 0, 0);
     CHECK_OK(ferry_read(a, 0, back, sizeof back));
     CHECK_MSG(memcmp(back, data, sizeof data) == 0, "the failed writes changed the buffer");
+    /* A fill's blit (fillBuffer:range:value:) that fails: the sentence names it. */
+    inject("command-buffer", 0, 1);
+    CHECK_STATUS(ferry_fill(a, 4, 8, &one, 1), FERRY_ERROR_BACKEND);
+    CHECK_ERROR_HAS("ferry_fill");
+    CHECK_ERROR_HAS("a fill of 8 bytes of 0xee at device buffer offset 4");
+    inject(NULL, 0, 0);
+    CHECK_OK(ferry_write(a, 0, data, sizeof data));
 
     /* Large transfers go through the engine's ring by DMA (blits): a blit that
      * fails in the middle fails the transfer, and the others are waited for. */

@@ -293,6 +293,7 @@ static const ferry_device_ops discrete_ops = {
     .pin_register = ferry__metal_pin_register,
     .pin_release = ferry__metal_pin_release,
     .dma_start = metal_dma_op,
+    .fill_start = ferry__metal_fill_start,
     .ticket_wait = ferry__metal_ticket_wait,
     .ticket_release = ferry__metal_ticket_release,
     .host_ptr_import = metal_host_ptr_import,

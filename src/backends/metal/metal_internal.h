@@ -61,6 +61,10 @@ void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintp
 ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
                                     const ferry_pinned *host, size_t bytes, ferry_ticket *out);
 /* The wait may be called more than once; the release frees the ticket. */
+/* Sets a range to a pattern whose bytes are all one value by fillBuffer:range:value:;
+ * FERRY_ERROR_UNSUPPORTED (no message) for other patterns, which the core writes. */
+ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, size_t bytes,
+                                     uint32_t pattern, unsigned pattern_size, ferry_ticket *out);
 ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket);
 void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket);
 

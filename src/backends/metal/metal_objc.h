@@ -17,7 +17,9 @@
  *    a Mac (and with the fake's in CI).
  *
  * No method returns a struct, so objc_msgSend_stret (needed on x86-64 for
- * structs returned in memory) is never used; none takes a float or an NSRange.
+ * structs returned in memory) is never used; none takes a float. The one
+ * NSRange (fillBuffer:range:value:) is a struct of two NSUInteger, which both
+ * ABIs pass by value in two integer registers.
  * ABI facts this relies on (Apple's 64-bit platforms, the only ones with Metal):
  * NSUInteger is unsigned long, NSInteger long, BOOL signed char on x86-64 and
  * bool on arm64, id and SEL pointers, blocks passed as pointers.
@@ -51,6 +53,10 @@ typedef bool mtl_bool; /* BOOL on arm64 */
 #endif
 
 #define MTL_NIL ((mtl_id)0)
+
+typedef struct mtl_range { /* NSRange */
+  mtl_uint location, length;
+} mtl_range;
 
 /* ---- Metal constants (Apple's MTLResource.h, MTLCommandBuffer.h) -------------- */
 
@@ -133,6 +139,8 @@ typedef enum mtl_receiver {
     "v@:@Q@QQ",                                                                                                        \
     (mtl_id source, mtl_uint source_offset, mtl_id destination, mtl_uint destination_offset, mtl_uint size),           \
     (source, source_offset, destination, destination_offset, size))                                                    \
+  V(mtl_fill_buffer, "fillBuffer:range:value:", MTL_RECV_BLIT_ENCODER, "v@:@{_NSRange=QQ}C",                           \
+    (mtl_id buffer, mtl_range range, uint8_t value), (buffer, range, value))                                           \
   V0(mtl_end_encoding, "endEncoding", MTL_RECV_BLIT_ENCODER, "v@:")
 
 #define MTL_UNPAREN(...) __VA_ARGS__

@@ -52,14 +52,20 @@ static mtl_id buffer_of(const ferry_mem *mem) { return (mtl_id)mem->handle; }
 /* ---- the primitive: blits between buffers of one device ------------------------------ */
 
 typedef struct blit_op {
-  mtl_id src;
+  mtl_id src; /* unused by a fill */
   size_t src_offset;
   mtl_id dst;
   size_t dst_offset;
   size_t bytes; /* > 0; offsets and bytes multiples of 4 */
+  bool fill;    /* fillBuffer:range:value: of dst with `value`, not a copy */
+  uint8_t value;
 } blit_op;
 
-/* Encodes the copies in one command buffer and commits it; *out_wait is the
+static blit_op copy_op(mtl_id src, size_t src_offset, mtl_id dst, size_t dst_offset, size_t bytes) {
+  return (blit_op){.src = src, .src_offset = src_offset, .dst = dst, .dst_offset = dst_offset, .bytes = bytes};
+}
+
+/* Encodes the copies (and fills) in one command buffer and commits it; *out_wait is the
  * command buffer (retained) for blit_wait. */
 static ferry_status blit_start(ferry_device *dev, const blit_op *ops, int count, mtl_id *out_wait) {
   metal_device *md = dev->impl;
@@ -73,7 +79,10 @@ static ferry_status blit_start(ferry_device *dev, const blit_op *ops, int count,
     st = ferry__fail(FERRY_ERROR_BACKEND, "blitCommandEncoder on %s returned nil", dev->label);
   } else {
     for (int i = 0; i < count; i++)
-      mtl_copy_from_buffer(encoder, ops[i].src, ops[i].src_offset, ops[i].dst, ops[i].dst_offset, ops[i].bytes);
+      if (ops[i].fill)
+        mtl_fill_buffer(encoder, ops[i].dst, (mtl_range){ops[i].dst_offset, ops[i].bytes}, ops[i].value);
+      else
+        mtl_copy_from_buffer(encoder, ops[i].src, ops[i].src_offset, ops[i].dst, ops[i].dst_offset, ops[i].bytes);
     mtl_end_encoding(encoder);
     mtl_commit(cb);
     *out_wait = mtl_retain(cb); /* past this pool, until blit_wait */
@@ -174,9 +183,9 @@ static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t
     size_t wstart = floor4(pos), wend = min_size(ceil4(end), wstart + t.bytes), stop = min_size(end, wend);
     blit_op keep[2];
     int kept = 0;
-    if (pos > wstart) keep[kept++] = (blit_op){device_buffer, wstart, t.buffer, 0, 4};
+    if (pos > wstart) keep[kept++] = copy_op(device_buffer, wstart, t.buffer, 0, 4);
     if (stop < wend && !(kept && wend - 4 == wstart))
-      keep[kept++] = (blit_op){device_buffer, wend - 4, t.buffer, wend - 4 - wstart, 4};
+      keep[kept++] = copy_op(device_buffer, wend - 4, t.buffer, wend - 4 - wstart, 4);
     if (kept) {
       snprintf(what, sizeof what, "a blit of the partly written words of bytes %zu..%zu to a temporary buffer", wstart,
                wend);
@@ -185,7 +194,7 @@ static ferry_status write_through_temp(ferry_device *dev, ferry_mem *dst, size_t
     memcpy(t.contents + (pos - wstart), (const char *)src + (pos - offset), stop - pos);
     snprintf(what, sizeof what, "a blit of %zu bytes from a temporary buffer to device buffer bytes %zu..%zu",
              wend - wstart, wstart, wend);
-    st = blit_run(dev, &(blit_op){t.buffer, 0, device_buffer, wstart, wend - wstart}, 1, what);
+    st = blit_run(dev, (blit_op[]){copy_op(t.buffer, 0, device_buffer, wstart, wend - wstart)}, 1, what);
     pos = stop;
   }
   if (lock) pthread_mutex_unlock(lock);
@@ -202,7 +211,7 @@ static ferry_status read_through_temp(ferry_device *dev, const ferry_mem *src, s
   while (pos < end && st == FERRY_OK) {
     size_t wstart = floor4(pos), wend = min_size(ceil4(end), wstart + t.bytes), stop = min_size(end, wend);
     snprintf(what, sizeof what, "a blit of device buffer bytes %zu..%zu to a temporary buffer", wstart, wend);
-    st = blit_run(dev, &(blit_op){buffer_of(src), wstart, t.buffer, 0, wend - wstart}, 1, what);
+    st = blit_run(dev, (blit_op[]){copy_op(buffer_of(src), wstart, t.buffer, 0, wend - wstart)}, 1, what);
     if (st == FERRY_OK) memcpy((char *)dst + (pos - offset), t.contents + (pos - wstart), stop - pos);
     pos = stop;
   }
@@ -274,7 +283,7 @@ ferry_status ferry__metal_copy(ferry_device *dev, const ferry_mem *src, size_t s
     char what[256];
     snprintf(what, sizeof what, "a blit of %zu bytes from buffer offset %zu to buffer offset %zu", middle, so + head,
              doff + head);
-    st = blit_run(dev, &(blit_op){buffer_of(src), so + head, buffer_of(dst), doff + head, middle}, 1, what);
+    st = blit_run(dev, (blit_op[]){copy_op(buffer_of(src), so + head, buffer_of(dst), doff + head, middle)}, 1, what);
   }
   if (st == FERRY_OK && head) st = copy_bytes_via_host(dev, src, so, dst, doff, head);
   if (st == FERRY_OK && tail) st = copy_bytes_via_host(dev, src, so + bytes - tail, dst, doff + bytes - tail, tail);
@@ -335,6 +344,7 @@ void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintp
 typedef struct metal_dma {
   mtl_id command_buffer; /* retained until the first wait */
   ferry_dma_dir dir;
+  int fill; /* the byte a fill writes, -1 for a copy */
   size_t mem_offset, bytes;
   bool waited;
   ferry_status status; /* the wait's, once waited */
@@ -365,10 +375,10 @@ ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_
   if (st != FERRY_OK || middle == 0) return st;
   metal_dma *dma = malloc(sizeof *dma);
   if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a blit on %s", dev->label);
-  *dma = (metal_dma){.dir = dir, .mem_offset = mem_offset + head, .bytes = middle};
+  *dma = (metal_dma){.dir = dir, .fill = -1, .mem_offset = mem_offset + head, .bytes = middle};
   size_t at = host->offset + head;
-  blit_op op = dir == FERRY_DMA_TO_DEVICE ? (blit_op){pinned, at, buffer_of(mem), mem_offset + head, middle}
-                                          : (blit_op){buffer_of(mem), mem_offset + head, pinned, at, middle};
+  blit_op op = dir == FERRY_DMA_TO_DEVICE ? copy_op(pinned, at, buffer_of(mem), mem_offset + head, middle)
+                                          : copy_op(buffer_of(mem), mem_offset + head, pinned, at, middle);
   if ((st = blit_start(dev, &op, 1, &dma->command_buffer)) != FERRY_OK) {
     free(dma);
     return st;
@@ -381,7 +391,10 @@ ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
   metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
   if (dma->waited) return dma->status;
   char what[256];
-  if (dma->dir == FERRY_DMA_TO_DEVICE)
+  if (dma->fill >= 0)
+    snprintf(what, sizeof what, "a fill of %zu bytes of 0x%02x at device buffer offset %zu", dma->bytes, dma->fill,
+             dma->mem_offset);
+  else if (dma->dir == FERRY_DMA_TO_DEVICE)
     snprintf(what, sizeof what, "a blit of %zu bytes from pinned host memory to device buffer offset %zu", dma->bytes,
              dma->mem_offset);
   else
@@ -396,4 +409,38 @@ void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket) {
   metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
   if (!dma->waited) (void)ferry__metal_ticket_wait(dev, ticket); /* releases the command buffer */
   free(dma);
+}
+
+/* ---- fill ----------------------------------------------------------------------------- */
+
+/* fillBuffer:range:value: writes one byte value, on whole words (macOS): a
+ * pattern of 2 or 4 different bytes goes back to the core, which writes it;
+ * the bytes before and after the words go through the host. */
+ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, size_t bytes,
+                                     uint32_t pattern, unsigned pattern_size, ferry_ticket *out) {
+  (void)lane; /* Metal has no lanes: always NULL */
+  *out = 0;
+  unsigned char p[4];
+  memcpy(p, &pattern, pattern_size);
+  for (unsigned i = 1; i < pattern_size; i++)
+    if (p[i] != p[0]) return FERRY_ERROR_UNSUPPORTED;
+  if (mem->host) return FERRY_ERROR_UNSUPPORTED; /* not on a discrete GPU: the core fills it in place */
+  unsigned char edge[3] = {p[0], p[0], p[0]};
+  size_t head = min_size(bytes, (4 - offset % 4) % 4);
+  size_t tail = (bytes - head) % 4;
+  size_t middle = bytes - head - tail;
+  ferry_status st = FERRY_OK;
+  if (head) st = ferry__metal_write(dev, mem, offset, edge, head);
+  if (st == FERRY_OK && tail) st = ferry__metal_write(dev, mem, offset + bytes - tail, edge, tail);
+  if (st != FERRY_OK || middle == 0) return st;
+  metal_dma *dma = malloc(sizeof *dma);
+  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a fill on %s", dev->label);
+  *dma = (metal_dma){.dir = FERRY_DMA_TO_DEVICE, .fill = p[0], .mem_offset = offset + head, .bytes = middle};
+  blit_op op = {.dst = buffer_of(mem), .dst_offset = offset + head, .bytes = middle, .fill = true, .value = p[0]};
+  if ((st = blit_start(dev, &op, 1, &dma->command_buffer)) != FERRY_OK) {
+    free(dma);
+    return st;
+  }
+  *out = (ferry_ticket)(uintptr_t)dma;
+  return FERRY_OK;
 }
