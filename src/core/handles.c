@@ -20,7 +20,7 @@
  * while another thread is inside a transfer on it therefore stays valid until
  * that transfer ends.
  */
-#include "internal.h"
+#include "context.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,23 +31,11 @@
 #define CHUNK_BITS  12
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS  (1u << 16) /* 2^28 live buffers at most */
-#define NO_SLOT     UINT32_MAX
+#define NO_SLOT     FERRY__NO_SLOT
 #define GEN_RETIRE  FERRY_GENERATION_LIMIT /* a slot whose dead generation reaches this is not reused */
 
-static struct {
-  _Atomic(_Atomic(ferry_slot *) *) chunks; /* MAX_CHUNKS entries, made once; each chunk never moves */
-  pthread_mutex_t lock;                    /* slot allocation and the free list */
-  uint32_t used;                           /* slots ever handed out */
-  uint32_t free_head;
-  uint32_t start_generation; /* the dead (even) generation of slots made from now on */
-} table = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_head = NO_SLOT};
-
-static uint64_t serial_counter; /* under table.lock */
-
-/* Moves on at every ferry_shutdown (and in a forked child's): a reference that
- * outlives its session (a DLPack export's) was taken in session N, and is gone
- * with it once this says otherwise. */
-static _Atomic uint64_t session_serial = 1;
+/* This file's part of the context: MAX_CHUNKS chunk pointers once made. */
+static ferry_buffer_table *const table = &ferry__ctx.buffers;
 
 /* Buffers freed while a transfer held them: the transfer's last reference
  * releases their memory. ferry_shutdown() waits for these before it destroys
@@ -58,56 +46,56 @@ static inline uint32_t state_gen(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint32_t state_refs(uint64_t s) { return (uint32_t)s; }
 
 ferry_status ferry__handles_init(void) {
-  if (atomic_load_explicit(&table.chunks, memory_order_acquire)) return FERRY_OK;
+  if (atomic_load_explicit(&table->chunks, memory_order_acquire)) return FERRY_OK;
   _Atomic(ferry_slot *) *chunks = calloc(MAX_CHUNKS, sizeof *chunks);
   if (!chunks) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "ferry_init: no host memory for the handle table");
-  atomic_store_explicit(&table.chunks, chunks, memory_order_release);
+  atomic_store_explicit(&table->chunks, chunks, memory_order_release);
   return FERRY_OK;
 }
 
 /* The slot at `index`; NULL when there is none (no table yet, or an index past
  * the slots ever made). */
 static ferry_slot *slot_at(uint32_t index) {
-  _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table.chunks, memory_order_acquire);
+  _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table->chunks, memory_order_acquire);
   if (!chunks || index >= (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) return NULL;
   ferry_slot *chunk = atomic_load_explicit(&chunks[index >> CHUNK_BITS], memory_order_acquire);
   return chunk ? &chunk[index & (CHUNK_SLOTS - 1)] : NULL;
 }
 
 ferry_status ferry__slot_new(const char *fn, ferry_slot **out_slot, uint32_t *out_index) {
-  pthread_mutex_lock(&table.lock);
+  pthread_mutex_lock(&table->lock);
   uint32_t index;
   ferry_slot *slot;
-  if (table.free_head != NO_SLOT) {
-    index = table.free_head;
+  if (table->free_head != NO_SLOT) {
+    index = table->free_head;
     slot = slot_at(index);
-    table.free_head = slot->next_free;
+    table->free_head = slot->next_free;
   } else {
-    if (table.used == (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) {
-      pthread_mutex_unlock(&table.lock);
+    if (table->used == (uint32_t)MAX_CHUNKS * CHUNK_SLOTS) {
+      pthread_mutex_unlock(&table->lock);
       return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY,
                          "%s: the handle table is full: every one of its %u slots is live or retired", fn,
                          (unsigned)MAX_CHUNKS * CHUNK_SLOTS);
     }
-    index = table.used;
+    index = table->used;
     if ((index & (CHUNK_SLOTS - 1)) == 0) {
       ferry_slot *chunk = ferry__core_alloc(NULL, (size_t)CHUNK_SLOTS * sizeof *chunk);
       if (!chunk) {
-        pthread_mutex_unlock(&table.lock);
+        pthread_mutex_unlock(&table->lock);
         return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %u more buffer handles (%zu bytes)", fn,
                            CHUNK_SLOTS, (size_t)CHUNK_SLOTS * sizeof *chunk);
       }
       memset(chunk, 0, (size_t)CHUNK_SLOTS * sizeof *chunk);
       for (uint32_t i = 0; i < CHUNK_SLOTS; i++)
-        atomic_init(&chunk[i].state, (uint64_t)table.start_generation << 32);
-      _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table.chunks, memory_order_relaxed);
+        atomic_init(&chunk[i].state, (uint64_t)table->start_generation << 32);
+      _Atomic(ferry_slot *) *chunks = atomic_load_explicit(&table->chunks, memory_order_relaxed);
       atomic_store_explicit(&chunks[index >> CHUNK_BITS], chunk, memory_order_release);
     }
-    table.used++;
+    table->used++;
     slot = slot_at(index);
   }
-  uint64_t serial = ++serial_counter;
-  pthread_mutex_unlock(&table.lock);
+  uint64_t serial = ++table->serial;
+  pthread_mutex_unlock(&table->lock);
   /* The slot stays dead (even generation) until published, so no lookup matches it. */
   slot->index = index;
   slot->serial = serial;
@@ -124,10 +112,10 @@ ferry_buffer ferry__slot_publish(ferry_slot *slot, uint32_t index) {
 
 static void slot_recycle(ferry_slot *slot, uint32_t index) {
   if (state_gen(atomic_load_explicit(&slot->state, memory_order_relaxed)) >= GEN_RETIRE) return;
-  pthread_mutex_lock(&table.lock);
-  slot->next_free = table.free_head;
-  table.free_head = index;
-  pthread_mutex_unlock(&table.lock);
+  pthread_mutex_lock(&table->lock);
+  slot->next_free = table->free_head;
+  table->free_head = index;
+  pthread_mutex_unlock(&table->lock);
 }
 
 void ferry__slot_abandon(ferry_slot *slot, uint32_t index) { slot_recycle(slot, index); }
@@ -208,7 +196,7 @@ ferry_status ferry__retire(ferry_buffer b, const char *fn) {
   return FERRY_OK;
 }
 
-uint64_t ferry__handles_session(void) { return atomic_load_explicit(&session_serial, memory_order_acquire); }
+uint64_t ferry__handles_session(void) { return atomic_load_explicit(&table->session, memory_order_acquire); }
 
 ferry_status ferry__hold(ferry_buffer b, const char *fn, ferry_slot **out_slot, uint64_t *out_session) {
   ferry_status st = ferry__acquire(b, fn, out_slot);
@@ -273,14 +261,14 @@ static void pause_briefly(unsigned *rounds) {
 }
 
 void ferry__handles_shutdown(bool report_leaks) {
-  _Atomic(ferry_slot *) *chunks = atomic_load(&table.chunks);
+  _Atomic(ferry_slot *) *chunks = atomic_load(&table->chunks);
   if (!chunks) return;
   /* From here, references held past the session (DLPack exports) are gone with
    * it: a deleter that runs now, or later, leaves the slot alone. */
-  atomic_fetch_add(&session_serial, 1);
-  pthread_mutex_lock(&table.lock);
-  uint32_t used = table.used;
-  pthread_mutex_unlock(&table.lock);
+  atomic_fetch_add(&table->session, 1);
+  pthread_mutex_lock(&table->lock);
+  uint32_t used = table->used;
+  pthread_mutex_unlock(&table->lock);
   size_t leaked = 0;
   for (uint32_t i = 0; i < used; i++) {
     ferry_slot *slot = slot_at(i);
@@ -329,42 +317,42 @@ void ferry__handles_shutdown(bool report_leaks) {
 void ferry__handles_skip_generations(uint32_t gen) {
   uint32_t dead = gen & ~1u;
   if (dead > GEN_RETIRE - 2) dead = GEN_RETIRE - 2;
-  pthread_mutex_lock(&table.lock);
-  if (table.start_generation < dead) table.start_generation = dead;
+  pthread_mutex_lock(&table->lock);
+  if (table->start_generation < dead) table->start_generation = dead;
   /* Every slot of the chunks made so far, those not handed out yet included. */
-  uint32_t made = (table.used + CHUNK_SLOTS - 1) & ~(CHUNK_SLOTS - 1);
+  uint32_t made = (table->used + CHUNK_SLOTS - 1) & ~(CHUNK_SLOTS - 1);
   for (uint32_t i = 0; i < made; i++) {
     ferry_slot *slot = slot_at(i);
     uint64_t s = atomic_load(&slot->state);
     if (!(state_gen(s) & 1u) && state_gen(s) < dead) atomic_store(&slot->state, (uint64_t)dead << 32 | state_refs(s));
   }
-  pthread_mutex_unlock(&table.lock);
+  pthread_mutex_unlock(&table->lock);
 }
 
 void ferry__handles_fork(ferry_fork_phase phase) {
   if (phase == FERRY_FORK_PREPARE)
-    pthread_mutex_lock(&table.lock);
+    pthread_mutex_lock(&table->lock);
   else
-    pthread_mutex_unlock(&table.lock);
+    pthread_mutex_unlock(&table->lock);
 }
 
 void ferry__handles_forget(void) {
   /* Every slot dead, at its next generation, without references (the parent's
    * transfers are not running here) and free, unless retired; the memory of the
    * parent's buffers is its drivers' and stays where it is. */
-  atomic_fetch_add(&session_serial, 1);
-  pthread_mutex_lock(&table.lock);
-  table.free_head = NO_SLOT;
-  for (uint32_t i = table.used; i-- > 0;) {
+  atomic_fetch_add(&table->session, 1);
+  pthread_mutex_lock(&table->lock);
+  table->free_head = NO_SLOT;
+  for (uint32_t i = table->used; i-- > 0;) {
     ferry_slot *slot = slot_at(i);
     uint32_t gen = state_gen(atomic_load(&slot->state));
     if (gen & 1u) gen++;
     atomic_store(&slot->state, (uint64_t)gen << 32);
     atomic_store(&slot->holds, 0);
     if (gen >= GEN_RETIRE) continue;
-    slot->next_free = table.free_head;
-    table.free_head = i;
+    slot->next_free = table->free_head;
+    table->free_head = i;
   }
   atomic_store(&releases_pending, 0);
-  pthread_mutex_unlock(&table.lock);
+  pthread_mutex_unlock(&table->lock);
 }

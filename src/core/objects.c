@@ -12,7 +12,7 @@
  * process, like the buffers' table, so a handle from before a shutdown never
  * matches again.
  */
-#include "internal.h"
+#include "context.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -20,25 +20,19 @@
 #define CHUNK_BITS  10
 #define CHUNK_SLOTS (1u << CHUNK_BITS)
 #define MAX_CHUNKS  (1u << 18) /* 2^28 slots per kind */
-#define NO_SLOT     UINT32_MAX
+#define NO_SLOT     FERRY__NO_SLOT
 #define INDEX_MASK  ((1u << 28) - 1)
 
-typedef struct object_slot {
+typedef struct ferry_object_slot {
   _Atomic uint64_t state; /* generation << 32 | references */
   void *object;
   uint32_t next_free;
 } object_slot;
 
-typedef struct object_table {
-  pthread_mutex_t lock;
-  _Atomic(_Atomic(object_slot *) *) chunks; /* MAX_CHUNKS entries, made on first use */
-  uint32_t used, free_head;
-} object_table;
+typedef ferry_object_table object_table;
 
-static object_table tables[FERRY_OBJECT_KINDS] = {
-    [FERRY_OBJECT_QUEUE] = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_head = NO_SLOT},
-    [FERRY_OBJECT_EVENT] = {.lock = PTHREAD_MUTEX_INITIALIZER, .free_head = NO_SLOT},
-};
+/* This file's part of the context, one table per kind (MAX_CHUNKS chunk pointers once made). */
+static object_table *const tables = ferry__ctx.objects;
 
 static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
 static inline uint32_t refs_of(uint64_t s) { return (uint32_t)s; }

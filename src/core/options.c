@@ -10,7 +10,7 @@
  * ferry__option_number / _text / _has_word. Nothing is read from the environment
  * after that, so a session sees one consistent set of values.
  */
-#include "internal.h"
+#include "context.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,39 +75,18 @@ static const ferry_option_def core_options[] = {
 
 /* ---- the table of every option's state --------------------------------- */
 
-#define OPTION_MAX 96
+/* This file's part of the context: every option's state. */
+static ferry_options *const options = &ferry__ctx.options;
 
-/* A value ferry_option_get has handed out: kept for the rest of the process, so
- * that no later call of any thread can end a string a caller holds. One copy
- * per distinct value of each setting (a program that sets ever new values keeps
- * one small string for each). */
-typedef struct shown_value {
-  struct shown_value *next;
-  char text[];
-} shown_value;
-
-typedef struct option_state {
-  const ferry_option_def *def;
-  shown_value *shown; /* every value ferry_option_get has shown for it; never freed */
-  char *code;         /* ferry_set_option's value; NULL: none */
-  char *value;        /* the value in effect as text: this session's, or before init the next one's; NULL: unset */
-  ferry_option_source source;
-  uint64_t number; /* BYTES, COUNT, SWITCH: the parsed value */
-} option_state;
-
-static struct {
-  pthread_mutex_t lock;
-  option_state items[OPTION_MAX];
-  size_t count;
-  bool in_session; /* between ferry__options_load and ferry__options_end */
-} options = {.lock = PTHREAD_MUTEX_INITIALIZER};
+typedef ferry_shown_value shown_value;
+typedef ferry_option_state option_state;
 
 static void collect_list(const ferry_option_def *list) {
   for (const ferry_option_def *d = list; d && d->name; d++) {
     size_t i = 0;
-    while (i < options.count && options.items[i].def != d)
+    while (i < options->count && options->items[i].def != d)
       i++;
-    if (i == options.count && options.count < OPTION_MAX) options.items[options.count++].def = d;
+    if (i == options->count && options->count < FERRY__OPTION_MAX) options->items[options->count++].def = d;
   }
 }
 
@@ -123,8 +102,8 @@ static void collect(void) {
 }
 
 static option_state *find(const char *name) {
-  for (size_t i = 0; i < options.count; i++)
-    if (strcmp(options.items[i].def->name, name) == 0) return &options.items[i];
+  for (size_t i = 0; i < options->count; i++)
+    if (strcmp(options->items[i].def->name, name) == 0) return &options->items[i];
   return NULL;
 }
 
@@ -274,41 +253,41 @@ static const char *current_value(const option_state *s, ferry_option_source *sou
 /* ---- the session ----------------------------------------------------------- */
 
 ferry_status ferry__options_load(void) {
-  pthread_mutex_lock(&options.lock);
+  pthread_mutex_lock(&options->lock);
   collect();
   /* Check everything first: a failed load changes nothing. */
-  uint64_t numbers[OPTION_MAX];
+  uint64_t numbers[FERRY__OPTION_MAX];
   ferry_status st = FERRY_OK;
-  for (size_t i = 0; i < options.count && st == FERRY_OK; i++) {
-    option_state *s = &options.items[i];
+  for (size_t i = 0; i < options->count && st == FERRY_OK; i++) {
+    option_state *s = &options->items[i];
     ferry_option_source source;
     const char *v = current_value(s, &source);
     char why[512];
     numbers[i] = 0;
     if (v && *v && !parse(s->def, v, &numbers[i], why, sizeof why)) st = refused("ferry_init", s->def, v, source, why);
   }
-  for (size_t i = 0; i < options.count && st == FERRY_OK; i++) {
-    option_state *s = &options.items[i];
+  for (size_t i = 0; i < options->count && st == FERRY_OK; i++) {
+    option_state *s = &options->items[i];
     const char *v = current_value(s, &s->source);
     replace(&s->value, v && *v ? v : NULL);
     s->number = numbers[i];
   }
-  options.in_session = st == FERRY_OK;
-  pthread_mutex_unlock(&options.lock);
+  options->in_session = st == FERRY_OK;
+  pthread_mutex_unlock(&options->lock);
   return st;
 }
 
 void ferry__options_fork(ferry_fork_phase phase) {
   if (phase == FERRY_FORK_PREPARE)
-    pthread_mutex_lock(&options.lock);
+    pthread_mutex_lock(&options->lock);
   else
-    pthread_mutex_unlock(&options.lock);
+    pthread_mutex_unlock(&options->lock);
 }
 
 void ferry__options_end(void) {
-  pthread_mutex_lock(&options.lock);
-  options.in_session = false;
-  pthread_mutex_unlock(&options.lock);
+  pthread_mutex_lock(&options->lock);
+  options->in_session = false;
+  pthread_mutex_unlock(&options->lock);
 }
 
 /* The session's state of `name`, read without the lock: the values only change
@@ -352,20 +331,20 @@ ferry_status ferry_set_option(const char *name, const char *value) {
   if (atomic_load(&ferry__forked)) return ferry__fork_refusal(fn);
   if (!name) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: name is NULL", fn);
   ferry_status st = FERRY_OK;
-  pthread_mutex_lock(&options.lock);
+  pthread_mutex_lock(&options->lock);
   collect();
   option_state *s = find(name);
   char why[512];
   uint64_t number;
   if (!s) {
     char known[768] = "";
-    for (size_t i = 0; i < options.count; i++) {
+    for (size_t i = 0; i < options->count; i++) {
       if (i) strncat(known, ", ", sizeof known - strlen(known) - 1);
-      strncat(known, options.items[i].def->name, sizeof known - strlen(known) - 1);
+      strncat(known, options->items[i].def->name, sizeof known - strlen(known) - 1);
     }
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: ferry has no setting named \"%s\" (it has: %s)", fn, name,
                      known);
-  } else if (options.in_session) {
+  } else if (options->in_session) {
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
                      "%s: %s takes effect only before ferry_init or after ferry_shutdown, and ferry is running", fn,
                      name);
@@ -375,15 +354,15 @@ ferry_status ferry_set_option(const char *name, const char *value) {
     replace(&s->code, value);
     if (value && !s->code) st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %s's value", fn, name);
   }
-  pthread_mutex_unlock(&options.lock);
+  pthread_mutex_unlock(&options->lock);
   return st;
 }
 
 size_t ferry_option_count(void) {
-  pthread_mutex_lock(&options.lock);
+  pthread_mutex_lock(&options->lock);
   collect();
-  size_t n = options.count;
-  pthread_mutex_unlock(&options.lock);
+  size_t n = options->count;
+  pthread_mutex_unlock(&options->lock);
   return n;
 }
 
@@ -404,16 +383,16 @@ static const char *shown_copy(option_state *s, const char *text) {
 ferry_status ferry_option_get(size_t index, ferry_option_info *out) {
   static const char fn[] = "ferry_option_get";
   if (!out) return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out is NULL", fn);
-  pthread_mutex_lock(&options.lock);
+  pthread_mutex_lock(&options->lock);
   collect();
-  if (index >= options.count) {
-    size_t n = options.count;
-    pthread_mutex_unlock(&options.lock);
+  if (index >= options->count) {
+    size_t n = options->count;
+    pthread_mutex_unlock(&options->lock);
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: setting index %zu, but there are %zu (0..%zu)", fn, index, n,
                        n ? n - 1 : 0);
   }
-  option_state *s = &options.items[index];
-  if (!options.in_session) {
+  option_state *s = &options->items[index];
+  if (!options->in_session) {
     /* What the next ferry_init would read; kept as it is while it does not change. */
     const char *v = current_value(s, &s->source);
     if (!v || !*v) v = NULL;
@@ -423,7 +402,7 @@ ferry_status ferry_option_get(size_t index, ferry_option_info *out) {
    * that stays (defaults are static already). */
   const char *shown = s->value ? shown_copy(s, s->value) : s->def->default_value ? s->def->default_value : "";
   if (!shown) {
-    pthread_mutex_unlock(&options.lock);
+    pthread_mutex_unlock(&options->lock);
     return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a copy of %s's value", fn, s->def->name);
   }
   *out = (ferry_option_info){
@@ -433,6 +412,6 @@ ferry_status ferry_option_get(size_t index, ferry_option_info *out) {
       .range = s->def->range,
       .description = s->def->description,
   };
-  pthread_mutex_unlock(&options.lock);
+  pthread_mutex_unlock(&options->lock);
   return FERRY_OK;
 }

@@ -1,7 +1,7 @@
 /* The device registry: starting backends, numbering devices, FERRY_BACKENDS,
  * device queries, shutdown. */
+#include "context.h"
 #include "host_info.h"
-#include "internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,59 +18,45 @@ static const ferry_backend *const builtin_backends[] = {
 #undef FERRY_BACKEND
 };
 #define BUILTIN_COUNT (sizeof builtin_backends / sizeof builtin_backends[0])
-#define EXTRA_MAX     4
-#define BACKEND_MAX   (BUILTIN_COUNT + EXTRA_MAX)
+_Static_assert(BUILTIN_COUNT == FERRY__BUILTIN_BACKENDS, "backend_list.h counted twice, differently");
 
-typedef struct backend_entry {
-  const ferry_backend *backend;
-  bool enabled;
-  size_t first, count;
-  char status[512];
-} backend_entry;
+/* This file's part of the context. */
+static ferry_registry *const reg = &ferry__ctx.registry;
+
+typedef ferry_backend_entry backend_entry;
 
 struct ferry_probe {
   backend_entry *entry;
 };
 
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int ready; /* 1 once initialised, back to 0 at shutdown */
-/* Does this thread hold init_lock (inside ferry_init or ferry_shutdown)? A driver
- * that forks from there must not have the fork handlers wait for it. */
+/* Does this thread hold the init lock (inside ferry_init or ferry_shutdown)? A
+ * driver that forks from there must not have the fork handlers wait for it. */
 static _Thread_local bool holding_init_lock;
 
 static void init_lock_take(void) {
-  pthread_mutex_lock(&init_lock);
+  pthread_mutex_lock(&reg->init_lock);
   holding_init_lock = true;
 }
 
 static void init_lock_give(void) {
   holding_init_lock = false;
-  pthread_mutex_unlock(&init_lock);
+  pthread_mutex_unlock(&reg->init_lock);
 }
-
-static const ferry_backend *extra_backends[EXTRA_MAX];
-static _Atomic size_t extra_count; /* entries are written before the count that shows them */
-
-static struct {
-  backend_entry entries[BACKEND_MAX]; /* every backend, in numbering order */
-  size_t entry_count;
-  ferry_device **devices;
-  size_t device_count, device_capacity;
-} reg;
 
 ferry_status ferry__register_backend(const ferry_backend *backend) {
   init_lock_take();
   ferry_status st = FERRY_OK;
   if (!backend || !backend->name || !backend->probe)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: backend, its name and probe are needed");
-  else if (atomic_load(&ready))
+  else if (atomic_load(&reg->ready))
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: backend '%s' registered after ferry_init",
                      backend->name);
-  else if (extra_count == EXTRA_MAX)
-    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: at most %d extra backends", EXTRA_MAX);
+  else if (reg->extra_count == FERRY__EXTRA_BACKENDS)
+    st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry__register_backend: at most %d extra backends",
+                     FERRY__EXTRA_BACKENDS);
   else {
-    extra_backends[extra_count] = backend;
-    atomic_fetch_add(&extra_count, 1);
+    reg->extra[reg->extra_count] = backend;
+    atomic_fetch_add(&reg->extra_count, 1);
   }
   init_lock_give();
   return st;
@@ -79,7 +65,7 @@ ferry_status ferry__register_backend(const ferry_backend *backend) {
 const ferry_backend *ferry__backend_at(size_t index) {
   if (index < BUILTIN_COUNT) return builtin_backends[index];
   index -= BUILTIN_COUNT;
-  return index < atomic_load(&extra_count) ? extra_backends[index] : NULL;
+  return index < atomic_load(&reg->extra_count) ? reg->extra[index] : NULL;
 }
 
 ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc) {
@@ -96,12 +82,12 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
   if (desc->ops->host_ptr_import && (!desc->ops->host_ptr_release || !desc->ops->host_ptr_sync))
     return ferry__fail(FERRY_ERROR_BACKEND, "backend %s: host_ptr_import without host_ptr_release and host_ptr_sync",
                        b->name);
-  if (reg.device_count == reg.device_capacity) {
-    size_t cap = reg.device_capacity ? reg.device_capacity * 2 : 8;
-    ferry_device **grown = realloc(reg.devices, cap * sizeof *grown);
+  if (reg->device_count == reg->device_capacity) {
+    size_t cap = reg->device_capacity ? reg->device_capacity * 2 : 8;
+    ferry_device **grown = realloc(reg->devices, cap * sizeof *grown);
     if (!grown) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "backend %s: no host memory for a device", b->name);
-    reg.devices = grown;
-    reg.device_capacity = cap;
+    reg->devices = grown;
+    reg->device_capacity = cap;
   }
   ferry_device *dev = calloc(1, sizeof *dev);
   if (!dev) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "backend %s: no host memory for a device", b->name);
@@ -112,7 +98,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
   dev->bounce_max = desc->bounce_max;
   snprintf(dev->name, sizeof dev->name, "%s", desc->name ? desc->name : "unnamed");
   ferry_device_info *info = &dev->info;
-  info->index = reg.device_count;
+  info->index = reg->device_count;
   info->backend_index = probe->entry->count;
   info->name = dev->name;
   info->backend = b->name;
@@ -142,7 +128,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
     free(dev);
     return ferry__fail(st, "backend %s: the lanes of %s: %s", b->name, desc->name ? desc->name : "a device", text);
   }
-  reg.devices[reg.device_count++] = dev;
+  reg->devices[reg->device_count++] = dev;
   probe->entry->count++;
   return FERRY_OK;
 }
@@ -218,7 +204,7 @@ bool ferry__backends_check(const char *value, char *why, size_t why_size) {
 static bool enable_name(void *ctx, const char *name, size_t len) {
   (void)ctx;
   int i = builtin_named(name, len);
-  if (i >= 0) reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = true};
+  if (i >= 0) reg->entries[reg->entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = true};
   return true;
 }
 
@@ -227,29 +213,29 @@ static bool enable_name(void *ctx, const char *name, size_t len) {
  * others disabled (so ferry_backend_get still lists them). */
 static void plan_backends(void) {
   const char *list = ferry__option_text("FERRY_BACKENDS");
-  reg.entry_count = 0;
+  reg->entry_count = 0;
   if (list) for_each_name(list, enable_name, NULL);
   for (size_t i = 0; i < BUILTIN_COUNT; i++) {
     bool named = false;
-    for (size_t k = 0; k < reg.entry_count; k++)
-      named = named || reg.entries[k].backend == builtin_backends[i];
-    if (!named) reg.entries[reg.entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = !list};
+    for (size_t k = 0; k < reg->entry_count; k++)
+      named = named || reg->entries[k].backend == builtin_backends[i];
+    if (!named) reg->entries[reg->entry_count++] = (backend_entry){.backend = builtin_backends[i], .enabled = !list};
   }
-  size_t extras = atomic_load(&extra_count);
+  size_t extras = atomic_load(&reg->extra_count);
   for (size_t i = 0; i < extras; i++)
-    reg.entries[reg.entry_count++] = (backend_entry){.backend = extra_backends[i], .enabled = true};
+    reg->entries[reg->entry_count++] = (backend_entry){.backend = reg->extra[i], .enabled = true};
   /* Enabled backends first, so that device numbers follow the entries' order. */
-  backend_entry sorted[BACKEND_MAX];
+  backend_entry sorted[FERRY__BACKEND_MAX];
   size_t n = 0;
   for (int pass = 0; pass < 2; pass++)
-    for (size_t i = 0; i < reg.entry_count; i++)
-      if (reg.entries[i].enabled == (pass == 0)) sorted[n++] = reg.entries[i];
-  memcpy(reg.entries, sorted, n * sizeof sorted[0]);
+    for (size_t i = 0; i < reg->entry_count; i++)
+      if (reg->entries[i].enabled == (pass == 0)) sorted[n++] = reg->entries[i];
+  memcpy(reg->entries, sorted, n * sizeof sorted[0]);
 }
 
 /* The process that first started each backend (by its place in
  * ferry__backend_at's order); 0 while none has. */
-static pid_t started_by[BACKEND_MAX];
+static pid_t started_by[FERRY__BACKEND_MAX];
 
 static void probe_backend(backend_entry *e) {
   if (!e->enabled) {
@@ -271,7 +257,7 @@ static void probe_backend(backend_entry *e) {
     return;
   }
   if (started_by[at] == 0) started_by[at] = self;
-  e->first = reg.device_count;
+  e->first = reg->device_count;
   ferry_probe probe = {.entry = e};
   /* An absent backend's reason is its status, never the caller's sentence. */
   ferry_error_target caller = ferry__error_redirect(e->status, sizeof e->status);
@@ -280,8 +266,8 @@ static void probe_backend(backend_entry *e) {
     /* A backend that fails half way gives up all of its devices; what its
      * cleanup says after the reason is not kept. */
     ferry_error_scope cleanup = ferry__first_failure_begin(true);
-    while (reg.device_count > e->first)
-      device_destroy(reg.devices[--reg.device_count]);
+    while (reg->device_count > e->first)
+      device_destroy(reg->devices[--reg->device_count]);
     e->count = 0;
     if (e->backend->unload) e->backend->unload();
     ferry__first_failure_end(cleanup);
@@ -333,7 +319,7 @@ static pthread_cond_t gate_empty = PTHREAD_COND_INITIALIZER;
 static void fork_prepare(void) {
   fork_locks_taken = !holding_init_lock;
   if (!fork_locks_taken) return;
-  pthread_mutex_lock(&init_lock);
+  pthread_mutex_lock(&reg->init_lock);
   ferry__options_fork(FERRY_FORK_PREPARE);
   ferry__handles_fork(FERRY_FORK_PREPARE);
   ferry__host_ranges_fork(FERRY_FORK_PREPARE);
@@ -349,7 +335,7 @@ static void fork_parent(void) {
   ferry__host_ranges_fork(FERRY_FORK_PARENT);
   ferry__handles_fork(FERRY_FORK_PARENT);
   ferry__options_fork(FERRY_FORK_PARENT);
-  pthread_mutex_unlock(&init_lock);
+  pthread_mutex_unlock(&reg->init_lock);
 }
 
 static void fork_child(void) {
@@ -362,11 +348,11 @@ static void fork_child(void) {
   ferry__host_ranges_fork(FERRY_FORK_CHILD);
   ferry__handles_fork(FERRY_FORK_CHILD);
   ferry__options_fork(FERRY_FORK_CHILD);
-  if (atomic_load(&ready)) {
+  if (atomic_load(&reg->ready)) {
     if (!atomic_load(&ferry__forked)) session_process = forking_process; /* a grandchild keeps the first */
     atomic_store(&ferry__forked, true);
   }
-  pthread_mutex_unlock(&init_lock);
+  pthread_mutex_unlock(&reg->init_lock);
 }
 
 static void register_fork_handlers(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
@@ -374,7 +360,7 @@ static void register_fork_handlers(void) { pthread_atfork(fork_prepare, fork_par
 /* Starts the library if it is not running; FERRY_OK when it is. */
 static ferry_status ensure_init(const char *fn) {
   if (atomic_load_explicit(&ferry__forked, memory_order_relaxed)) return ferry__fork_refusal(fn);
-  if (atomic_load_explicit(&ready, memory_order_acquire)) return FERRY_OK;
+  if (atomic_load_explicit(&reg->ready, memory_order_acquire)) return FERRY_OK;
   if (ferry__in_shutdown_callback())
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
                        "%s: called from a DLPack deleter that ferry_shutdown() runs once the session is gone: ferry "
@@ -384,7 +370,7 @@ static ferry_status ensure_init(const char *fn) {
   pthread_once(&fork_handlers_once, register_fork_handlers);
   init_lock_take();
   ferry_status st = FERRY_OK;
-  if (!atomic_load_explicit(&ready, memory_order_relaxed)) {
+  if (!atomic_load_explicit(&reg->ready, memory_order_relaxed)) {
     st = ferry__options_load();
     if (st == FERRY_OK) {
       plan_backends();
@@ -392,9 +378,9 @@ static ferry_status ensure_init(const char *fn) {
       if (st != FERRY_OK) ferry__options_end();
     }
     if (st == FERRY_OK) {
-      for (size_t i = 0; i < reg.entry_count; i++)
-        probe_backend(&reg.entries[i]);
-      atomic_store_explicit(&ready, 1, memory_order_release);
+      for (size_t i = 0; i < reg->entry_count; i++)
+        probe_backend(&reg->entries[i]);
+      atomic_store_explicit(&reg->ready, 1, memory_order_release);
     }
   }
   init_lock_give();
@@ -432,7 +418,7 @@ ferry_status ferry__enter(const char *fn) {
     if (st != FERRY_OK) return st;
     uint64_t before = atomic_fetch_add(&gate, 1);
     /* Inside an open gate with the library up, the library stays up until we leave. */
-    if (!(before & GATE_CLOSED) && atomic_load(&ready)) {
+    if (!(before & GATE_CLOSED) && atomic_load(&reg->ready)) {
       ferry__calls_enter();
       return FERRY_OK;
     }
@@ -446,7 +432,7 @@ ferry_status ferry__enter(const char *fn) {
 
 bool ferry__enter_if_up(void) {
   uint64_t before = atomic_fetch_add(&gate, 1);
-  if (!(before & GATE_CLOSED) && atomic_load(&ready)) {
+  if (!(before & GATE_CLOSED) && atomic_load(&reg->ready)) {
     ferry__calls_enter();
     return true;
   }
@@ -461,8 +447,8 @@ ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
     ferry__leave();
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: device is NULL", fn);
   }
-  for (size_t i = 0; i < reg.device_count; i++)
-    if (reg.devices[i] == device) return FERRY_OK;
+  for (size_t i = 0; i < reg->device_count; i++)
+    if (reg->devices[i] == device) return FERRY_OK;
   ferry__leave();
   return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
                      "%s: %p is not a device of this session (a device pointer from before ferry_shutdown()?)", fn,
@@ -473,24 +459,24 @@ ferry_status ferry__enter_device(const ferry_device *device, const char *fn) {
  * call (the drivers' threads are the parent's) and without freeing what the
  * drivers own; only the core's own host memory goes. */
 static void forget_parent_session(void) {
-  for (size_t i = 0; i < reg.device_count; i++)
-    ferry__queues_forget_device(reg.devices[i]);
+  for (size_t i = 0; i < reg->device_count; i++)
+    ferry__queues_forget_device(reg->devices[i]);
   ferry__events_forget();
   ferry__queues_releaser_forget();
   ferry__handles_forget();
   ferry__pinned_forget();
   ferry__host_ranges_shutdown();
-  for (size_t i = 0; i < reg.device_count; i++) {
-    ferry__device_state_forget(reg.devices[i]);
-    free(reg.devices[i]);
+  for (size_t i = 0; i < reg->device_count; i++) {
+    ferry__device_state_forget(reg->devices[i]);
+    free(reg->devices[i]);
   }
-  free(reg.devices);
-  reg.devices = NULL;
-  reg.device_count = reg.device_capacity = 0;
-  reg.entry_count = 0;
+  free(reg->devices);
+  reg->devices = NULL;
+  reg->device_count = reg->device_capacity = 0;
+  reg->entry_count = 0;
   ferry__copy_threads_shutdown(); /* no threads here: only the parent's list of them goes */
   ferry__options_end();
-  atomic_store(&ready, 0);
+  atomic_store(&reg->ready, 0);
   atomic_store(&gate, 0);
   pthread_cond_t fresh = PTHREAD_COND_INITIALIZER;
   gate_empty = fresh;
@@ -502,7 +488,7 @@ void ferry_shutdown(void) {
   init_lock_take();
   if (atomic_load(&ferry__forked)) {
     forget_parent_session();
-  } else if (atomic_load(&ready)) {
+  } else if (atomic_load(&reg->ready)) {
     /* No new call gets in; wait for those inside. */
     atomic_fetch_or(&gate, GATE_CLOSED);
     pthread_mutex_lock(&gate_lock);
@@ -511,30 +497,30 @@ void ferry_shutdown(void) {
     pthread_mutex_unlock(&gate_lock);
     /* Every queue's work, then the events, then the queues themselves. */
     bool debug = ferry__option_text("FERRY_DEBUG") != NULL;
-    for (size_t i = 0; i < reg.device_count; i++)
-      ferry__queues_drain_device(reg.devices[i], debug);
+    for (size_t i = 0; i < reg->device_count; i++)
+      ferry__queues_drain_device(reg->devices[i], debug);
     ferry__events_shutdown();
-    for (size_t i = 0; i < reg.device_count; i++)
-      ferry__queues_end_device(reg.devices[i]);
+    for (size_t i = 0; i < reg->device_count; i++)
+      ferry__queues_end_device(reg->devices[i]);
     ferry__queues_releaser_stop();
     /* Transfers hold their buffers: this waits for them. */
     ferry__handles_shutdown(ferry__option_has_word("FERRY_DEBUG", "leaks"));
-    for (size_t i = 0; i < reg.device_count; i++)
-      ferry__engine_device_release(reg.devices[i]);
+    for (size_t i = 0; i < reg->device_count; i++)
+      ferry__engine_device_release(reg->devices[i]);
     ferry__pinned_shutdown();
     ferry__host_ranges_shutdown();
-    for (size_t i = reg.device_count; i-- > 0;)
-      device_destroy(reg.devices[i]);
-    for (size_t i = reg.entry_count; i-- > 0;)
-      if (reg.entries[i].enabled && reg.entries[i].count > 0 && reg.entries[i].backend->unload)
-        reg.entries[i].backend->unload();
-    free(reg.devices);
-    reg.devices = NULL;
-    reg.device_count = reg.device_capacity = 0;
-    reg.entry_count = 0;
+    for (size_t i = reg->device_count; i-- > 0;)
+      device_destroy(reg->devices[i]);
+    for (size_t i = reg->entry_count; i-- > 0;)
+      if (reg->entries[i].enabled && reg->entries[i].count > 0 && reg->entries[i].backend->unload)
+        reg->entries[i].backend->unload();
+    free(reg->devices);
+    reg->devices = NULL;
+    reg->device_count = reg->device_capacity = 0;
+    reg->entry_count = 0;
     ferry__copy_threads_shutdown();
     ferry__options_end();
-    atomic_store(&ready, 0);
+    atomic_store(&reg->ready, 0);
     atomic_fetch_and(&gate, ~GATE_CLOSED);
   }
   init_lock_give();
@@ -543,7 +529,7 @@ void ferry_shutdown(void) {
 
 size_t ferry_device_count(void) {
   if (ferry__enter("ferry_device_count") != FERRY_OK) return 0;
-  size_t n = reg.device_count;
+  size_t n = reg->device_count;
   ferry__leave();
   return n;
 }
@@ -553,25 +539,25 @@ ferry_status ferry_device_get(size_t index, ferry_device **out_device) {
   if (st != FERRY_OK) return st;
   if (!out_device)
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_device_get: out_device is NULL");
-  else if (index >= reg.device_count)
+  else if (index >= reg->device_count)
     st = ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_device_get: device index %zu, but there are %zu devices (0..%zu)",
-                     index, reg.device_count, reg.device_count ? reg.device_count - 1 : 0);
+                     index, reg->device_count, reg->device_count ? reg->device_count - 1 : 0);
   else
-    *out_device = reg.devices[index];
+    *out_device = reg->devices[index];
   ferry__leave();
   return st;
 }
 
 static ferry_device *best_device(void) {
-  if (reg.device_count == 0) return NULL;
-  for (size_t i = 0; i < reg.device_count; i++)
-    if (!reg.devices[i]->info.is_cpu) return reg.devices[i];
-  for (size_t i = 0; i < reg.device_count; i++)
-    if (strcmp(reg.devices[i]->backend->name, "native") == 0) return reg.devices[i];
-  return reg.devices[0];
+  if (reg->device_count == 0) return NULL;
+  for (size_t i = 0; i < reg->device_count; i++)
+    if (!reg->devices[i]->info.is_cpu) return reg->devices[i];
+  for (size_t i = 0; i < reg->device_count; i++)
+    if (strcmp(reg->devices[i]->backend->name, "native") == 0) return reg->devices[i];
+  return reg->devices[0];
 }
 
-ferry_device *ferry__device_at(size_t index) { return index < reg.device_count ? reg.devices[index] : NULL; }
+ferry_device *ferry__device_at(size_t index) { return index < reg->device_count ? reg->devices[index] : NULL; }
 
 ferry_device *ferry_device_best(void) {
   if (ferry__enter("ferry_device_best") != FERRY_OK) return NULL;
@@ -664,7 +650,7 @@ ferry_status ferry_device_synchronize(ferry_device *device) {
 
 size_t ferry_backend_count(void) {
   if (ferry__enter("ferry_backend_count") != FERRY_OK) return 0;
-  size_t n = reg.entry_count;
+  size_t n = reg->entry_count;
   ferry__leave();
   return n;
 }
@@ -674,11 +660,11 @@ ferry_status ferry_backend_get(size_t index, ferry_backend_info *out_info) {
   if (st != FERRY_OK) return st;
   if (!out_info) {
     st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "ferry_backend_get: out_info is NULL");
-  } else if (index >= reg.entry_count) {
+  } else if (index >= reg->entry_count) {
     st = ferry__fail(FERRY_ERROR_NO_DEVICE, "ferry_backend_get: backend index %zu, but there are %zu backends", index,
-                     reg.entry_count);
+                     reg->entry_count);
   } else {
-    const backend_entry *e = &reg.entries[index];
+    const backend_entry *e = &reg->entries[index];
     *out_info = (ferry_backend_info){.name = e->backend->name,
                                      .enabled = e->enabled,
                                      .device_count = e->count,

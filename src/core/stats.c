@@ -18,20 +18,21 @@
  * while ferry_shutdown waits for it (the session has moved on, its device not
  * yet gone) count on the device's shared counters, which the reader adds too.
  */
-#include "internal.h"
+#include "context.h"
 
 #include <stdlib.h>
 
 #define STATS_DEVICES 64
 
-typedef struct thread_counts {
-  struct thread_counts *next; /* set once, before the record is published */
+typedef struct ferry_thread_counts {
+  struct ferry_thread_counts *next; /* set once, before the record is published */
   _Atomic bool taken;
   _Atomic uint64_t session; /* the session the counts belong to */
   _Atomic uint64_t bytes[STATS_DEVICES][FERRY_DIRECTIONS], count[STATS_DEVICES][FERRY_DIRECTIONS];
 } thread_counts;
 
-static _Atomic(thread_counts *) records; /* every record ever made; only grows */
+/* This file's part of the context: every record ever made; only grows. */
+static _Atomic(thread_counts *) *const records = &ferry__ctx.stats.records;
 static _Thread_local thread_counts *mine;
 static pthread_key_t exit_key;
 static bool exit_key_made;
@@ -50,7 +51,7 @@ static thread_counts *take_record(void) {
   pthread_once(&exit_key_once, make_exit_key);
   if (!exit_key_made) return NULL; /* a record could never be given back */
   thread_counts *t;
-  for (t = atomic_load_explicit(&records, memory_order_acquire); t; t = t->next) {
+  for (t = atomic_load_explicit(records, memory_order_acquire); t; t = t->next) {
     bool free_one = false;
     if (atomic_compare_exchange_strong_explicit(&t->taken, &free_one, true, memory_order_acquire, memory_order_relaxed))
       break;
@@ -58,10 +59,10 @@ static thread_counts *take_record(void) {
   if (!t) {
     if (!(t = calloc(1, sizeof *t))) return NULL;
     atomic_init(&t->taken, true);
-    thread_counts *head = atomic_load_explicit(&records, memory_order_relaxed);
+    thread_counts *head = atomic_load_explicit(records, memory_order_relaxed);
     do {
       t->next = head;
-    } while (!atomic_compare_exchange_weak_explicit(&records, &head, t, memory_order_release, memory_order_relaxed));
+    } while (!atomic_compare_exchange_weak_explicit(records, &head, t, memory_order_release, memory_order_relaxed));
   }
   if (pthread_setspecific(exit_key, t) != 0) {
     atomic_store_explicit(&t->taken, false, memory_order_release);
@@ -109,7 +110,7 @@ void ferry__transfer_totals(const ferry_device *dev, uint64_t bytes[FERRY_DIRECT
   size_t index = dev->info.index;
   uint64_t session = ferry__handles_session();
   if (index >= STATS_DEVICES || session != s->session) return;
-  for (thread_counts *t = atomic_load_explicit(&records, memory_order_acquire); t; t = t->next) {
+  for (thread_counts *t = atomic_load_explicit(records, memory_order_acquire); t; t = t->next) {
     if (atomic_load_explicit(&t->session, memory_order_acquire) != session) continue;
     for (int k = 0; k < FERRY_DIRECTIONS; k++) {
       bytes[k] += atomic_load_explicit(&t->bytes[index][k], memory_order_relaxed);
