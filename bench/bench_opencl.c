@@ -42,7 +42,7 @@
  */
 #include "raw.h"
 
-#include "backends/opencl/opencl_api.h"
+#include "raw_opencl.h"
 #include "ferry.h"
 #include "timing.h"
 
@@ -284,14 +284,14 @@ static void host_copies(host_copy c[2], bool together) {
 
 /* The raw side: two in-order command queues of ferry's context, as a program
  * would make them (no profiling). */
-static bool raw_queues(ferry_device *dev, const ferry_cl_api *api, cl_command_queue out[2]) {
+static bool raw_queues(ferry_device *dev, const raw_cl_driver *api, cl_command_queue out[2]) {
   ferry_native nat;
   if (ferry_device_native(dev, &nat) != FERRY_OK) return false;
   for (int i = 0; i < 2; i++) {
     cl_int err = CL_SUCCESS;
-    out[i] = api->clCreateCommandQueue((cl_context)nat.context, (cl_device_id)nat.device, 0, &err);
-    if (err != CL_SUCCESS || !out[i]) {
-      fprintf(stderr, "bench_opencl: clCreateCommandQueue: %s (%d)\n", ferry__opencl_error_name(err), (int)err);
+    out[i] = raw_cl_queue_create(api, (cl_context)nat.context, (cl_device_id)nat.device, &err);
+    if (!out[i]) {
+      fprintf(stderr, "bench_opencl: no in-order queue of the raw baseline's own: OpenCL error %d\n", (int)err);
       if (i == 1) api->clReleaseCommandQueue(out[0]);
       return false;
     }
@@ -299,7 +299,7 @@ static bool raw_queues(ferry_device *dev, const ferry_cl_api *api, cl_command_qu
   return true;
 }
 
-static int raw_write_read(const ferry_cl_api *api, cl_command_queue qw, cl_command_queue qr, cl_mem w, cl_mem r,
+static int raw_write_read(const raw_cl_driver *api, cl_command_queue qw, cl_command_queue qr, cl_mem w, cl_mem r,
                           const void *src, void *dst, size_t bytes, bool together) {
   cl_int err = api->clEnqueueWriteBuffer(qw, w, CL_FALSE, 0, bytes, src, 0, NULL, NULL);
   if (err == CL_SUCCESS && !together) err = api->clFinish(qw);
@@ -324,7 +324,9 @@ static ferry_status ferry_write_read(ferry_queue qw, ferry_queue qr, ferry_buffe
  * after the other, ferry together, raw alike; on CPU devices the host's memcpys
  * too), so that drift hits all alike; `iters` pairs a sample, for small sizes. */
 static bool overlap(ferry_device *dev, bool host_too, size_t bytes, int iters, overlap_result *out) {
-  const ferry_cl_api *api = ferry__opencl_api();
+  char why[256] = "";
+  const raw_cl_driver *api = raw_cl_driver_load(why);
+  if (!api) fprintf(stderr, "bench_opencl: no raw OpenCL baseline: %s\n", why);
   ferry_buffer w = FERRY_NULL_BUFFER, r = FERRY_NULL_BUFFER;
   ferry_queue qw = FERRY_NULL_QUEUE, qr = FERRY_NULL_QUEUE;
   cl_command_queue raw[2] = {NULL, NULL};

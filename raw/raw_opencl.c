@@ -23,9 +23,8 @@
  *   d2h: clEnqueueMapBuffer(CL_MAP_READ) + memcpy + clEnqueueUnmapMemObject + clFinish
  *   d2d: both buffers mapped + memcpy + both unmapped + clFinish
  */
+#include "raw_opencl.h"
 #include "raw.h"
-
-#include "backends/opencl/opencl_api.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -38,49 +37,7 @@ typedef struct mapped_block {
   cl_mem mem;
 } mapped_block;
 
-/* The calls the baseline makes: X(member, return type, parameters), each under its own name. */
-#define RAW_CL_FUNCTIONS(X)                                                                                            \
-  X(clGetDeviceInfo, cl_int, (cl_device_id device, cl_device_info name, size_t size, void *value, size_t *size_ret))   \
-  X(clCreateBuffer, cl_mem,                                                                                            \
-    (cl_context context, cl_mem_flags flags, size_t size, void *host_ptr, cl_int *errcode_ret))                        \
-  X(clReleaseMemObject, cl_int, (cl_mem mem))                                                                          \
-  X(clEnqueueReadBuffer, cl_int,                                                                                       \
-    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset, size_t size, void *ptr,                   \
-     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
-  X(clEnqueueWriteBuffer, cl_int,                                                                                      \
-    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, size_t offset, size_t size, const void *ptr,             \
-     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
-  X(clEnqueueCopyBuffer, cl_int,                                                                                       \
-    (cl_command_queue queue, cl_mem src, cl_mem dst, size_t src_offset, size_t dst_offset, size_t size,                \
-     cl_uint num_events, const cl_event *wait_list, cl_event *event))                                                  \
-  X(clEnqueueMapBuffer, void *,                                                                                        \
-    (cl_command_queue queue, cl_mem buffer, cl_bool blocking, cl_map_flags flags, size_t offset, size_t size,          \
-     cl_uint num_events, const cl_event *wait_list, cl_event *event, cl_int *errcode_ret))                             \
-  X(clEnqueueUnmapMemObject, cl_int,                                                                                   \
-    (cl_command_queue queue, cl_mem mem, void *mapped_ptr, cl_uint num_events, const cl_event *wait_list,              \
-     cl_event *event))                                                                                                 \
-  X(clFlush, cl_int, (cl_command_queue queue))                                                                         \
-  X(clFinish, cl_int, (cl_command_queue queue))                                                                        \
-  X(clReleaseCommandQueue, cl_int, (cl_command_queue queue))
-
-/* The calls to make the second queue, either of which a driver may lack:
- * clCreateCommandQueue is deprecated from OpenCL 2.0 on (a 3.0 driver may drop it),
- * clCreateCommandQueueWithProperties is 2.0's. */
-#define RAW_CL_OPTIONAL(X)                                                                                             \
-  X(clCreateCommandQueue, cl_command_queue,                                                                            \
-    (cl_context context, cl_device_id device, cl_command_queue_properties properties, cl_int * errcode_ret))           \
-  X(clCreateCommandQueueWithProperties, cl_command_queue,                                                              \
-    (cl_context context, cl_device_id device, const cl_queue_properties *properties, cl_int *errcode_ret))
-
-typedef struct raw_cl_driver {
-#define RAW_CL_MEMBER(member, ret, params) ret(*member) params;
-  RAW_CL_FUNCTIONS(RAW_CL_MEMBER)
-  RAW_CL_OPTIONAL(RAW_CL_MEMBER)
-#undef RAW_CL_MEMBER
-} raw_cl_driver;
-
-/* The table, looked up once in the library ferry's opencl backend loaded. */
-static const raw_cl_driver *cl_driver(char why[256]) {
+const raw_cl_driver *raw_cl_driver_load(char why[256]) {
   static raw_cl_driver table;
   static bool loaded;
   if (loaded) return &table;
@@ -112,10 +69,7 @@ struct raw_baseline {
   mapped_block *blocks;
 };
 
-/* An in-order queue of the baseline's own, as ferry's backend makes one: through
- * clCreateCommandQueueWithProperties on a 2.0+ device, else clCreateCommandQueue.
- * NULL, with the driver's code in *err, when neither works. */
-static cl_command_queue second_queue(const raw_cl_driver *api, cl_context context, cl_device_id id, cl_int *err) {
+cl_command_queue raw_cl_queue_create(const raw_cl_driver *api, cl_context context, cl_device_id id, cl_int *err) {
   char version[128] = "";
   int major = 1, minor = 0;
   if (api->clGetDeviceInfo(id, CL_DEVICE_VERSION, sizeof version - 1, version, NULL) == CL_SUCCESS)
@@ -131,7 +85,7 @@ static cl_command_queue second_queue(const raw_cl_driver *api, cl_context contex
 }
 
 static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
-  const raw_cl_driver *api = cl_driver(why);
+  const raw_cl_driver *api = raw_cl_driver_load(why);
   ferry_native nat;
   if (!api) return NULL;
   if (ferry_device_native(dev, &nat) != FERRY_OK || !nat.queue) {
@@ -153,7 +107,7 @@ static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
   if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
     unified = CL_FALSE;
   raw->unified = (type & CL_DEVICE_TYPE_CPU) || unified;
-  raw->second = second_queue(api, raw->context, id, &raw->second_error);
+  raw->second = raw_cl_queue_create(api, raw->context, id, &raw->second_error);
   pthread_mutex_init(&raw->lock, NULL);
   return raw;
 }

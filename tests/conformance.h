@@ -33,9 +33,17 @@ typedef struct conformance_skip {
   const char *why;
 } conformance_skip;
 
+/* What ferry_queue_native gives for a queue of the backend's devices. */
+typedef enum conformance_queue_native {
+  CONF_QUEUE_NATIVE_GIVEN,   /* FERRY_OK: the queue's own native queue (0 on the host backends) */
+  CONF_QUEUE_NATIVE_REFUSED, /* FERRY_ERROR_UNSUPPORTED: the queues run on ferry's thread, on no native queue */
+  CONF_QUEUE_NATIVE_EITHER,  /* given or refused, by how the device runs (a driver feature, a setting) */
+} conformance_queue_native;
+
 typedef struct conformance_backend {
   const char *name;
-  unsigned native_fields;        /* CONF_NATIVE_* */
+  unsigned native_fields; /* CONF_NATIVE_* */
+  conformance_queue_native queue_native;
   const conformance_skip *skips; /* ends with {NULL, NULL} */
 } conformance_backend;
 

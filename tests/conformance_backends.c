@@ -12,23 +12,25 @@ static const conformance_skip no_skips[] = {{NULL, NULL}};
 
 static const conformance_backend backends[] = {
     /* Host memory: no driver, no handles. */
-    {"native", 0, no_skips},
-    {"checked", 0, no_skips},
+    {"native", 0, CONF_QUEUE_NATIVE_GIVEN, no_skips},
+    {"checked", 0, CONF_QUEUE_NATIVE_GIVEN, no_skips},
     /* CUdevice 0 is the first GPU and the device's native queue is stream 0 (the
      * legacy default stream): only the context is certain to be non-zero. */
-    {"cuda", CONF_NATIVE_CONTEXT, no_skips},
-    /* id<MTLDevice> and id<MTLCommandQueue>; Metal has no context. */
-    {"metal", CONF_NATIVE_DEVICE | CONF_NATIVE_QUEUE, no_skips},
+    {"cuda", CONF_NATIVE_CONTEXT, CONF_QUEUE_NATIVE_GIVEN, no_skips},
+    /* id<MTLDevice> and id<MTLCommandQueue>; Metal has no context. Its queues
+     * run on ferry's thread, on no command queue of their own. */
+    {"metal", CONF_NATIVE_DEVICE | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_REFUSED, no_skips},
     /* cl_device_id, cl_context, cl_command_queue. */
-    {"opencl", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, no_skips},
-    /* VkPhysicalDevice, VkDevice, VkQueue (and its family). */
-    {"vulkan", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, no_skips},
-    /* The test backend: made-up handles 1, 2, 3. */
-    {"fault", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, no_skips},
+    {"opencl", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_GIVEN, no_skips},
+    /* VkPhysicalDevice, VkDevice, VkQueue (and its family). Without timeline
+     * semaphores (or FERRY_VULKAN_DEBUG=notimeline) the queues run on ferry's thread. */
+    {"vulkan", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_EITHER, no_skips},
+    /* The test backend: made-up handles 1, 2, 3; no lanes. */
+    {"fault", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_REFUSED, no_skips},
 };
 
 static const conformance_backend fallback = {NULL, CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE,
-                                             no_skips};
+                                             CONF_QUEUE_NATIVE_EITHER, no_skips};
 
 const conformance_backend *conformance_backend_of(const char *name) {
   for (size_t i = 0; i < sizeof backends / sizeof backends[0]; i++)
