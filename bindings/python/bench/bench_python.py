@@ -4,7 +4,10 @@
    makes (ferry_write / ferry_read of the same bytes, timed in C in the same
    process: ferry._ferry._time_c): the difference is the binding's overhead.
 2. 256 MiB buf.write / buf.read against the same C calls: throughput ratio.
-3. DLPack from Python: numpy.from_dlpack(buf) and ferry.from_dlpack(array) +
+3. buf.write(a, queue=q) of 64 bytes, per submission, against C's
+   ferry_write_async of the same bytes on a queue of its own (the queues are
+   synchronised after every batch of BATCH submissions, untimed).
+4. DLPack from Python: numpy.from_dlpack(buf) and ferry.from_dlpack(array) +
    free, per call, at 64 bytes and 256 MiB (the C export + import is timed by
    bench/bench_dlpack.c).
 
@@ -79,6 +82,44 @@ def small_transfers(native, loops, repeats, results):
         )
 
 
+BATCH = 1000
+
+
+def async_submissions(native, loops, repeats, results):
+    buf = native.alloc(64, np.uint8)
+    src = np.full(64, 7, np.uint8)
+    q_py, q_c = ferry.Queue(native), ferry.Queue(native)
+
+    def python(n):
+        spent = 0.0
+        for done in range(0, n, BATCH):
+            t0 = time.perf_counter()
+            for _ in range(min(BATCH, n - done)):
+                buf.write(src, queue=q_py)
+            spent += time.perf_counter() - t0
+            q_py.synchronize()
+        return spent
+
+    def c(n):
+        spent = 0.0
+        for done in range(0, n, BATCH):
+            spent += _ferry._time_c("write_async", buf, src, min(BATCH, n - done), q_c)
+            q_c.synchronize()
+        return spent
+
+    p, c_t = alternate([python, c], loops, repeats)
+    q_py.destroy()
+    q_c.destroy()
+    buf.free()
+    results["write_async_64B_python_ns"] = p * 1e9
+    results["write_async_64B_c_ns"] = c_t * 1e9
+    results["write_async_64B_overhead_ns"] = (p - c_t) * 1e9
+    print(
+        f"64 B write, queue=: buf.write {p * 1e9:7.1f} ns, ferry_write_async {c_t * 1e9:6.1f} ns:"
+        f" +{(p - c_t) * 1e9:.1f} ns per submission"
+    )
+
+
 def large_transfers(native, repeats, results):
     n = 256 << 20
     buf = native.alloc(n, np.uint8)
@@ -138,6 +179,7 @@ def main():
     loops, repeats = (20000, 5) if args.quick else (200000, 21)
     small_transfers(native, loops, repeats, results)
     large_transfers(native, 3 if args.quick else 11, results)
+    async_submissions(native, loops // 10, repeats, results)
     dlpack(native, loops // 10, repeats, results)
     if args.json:
         with open(args.json, "w") as f:

@@ -2320,15 +2320,24 @@ static PyObject *mod_from_dlpack(PyObject *m, PyObject *args, PyObject *kwargs) 
 /* For bindings/python/bench/bench_python.py: `iterations` calls of the C function
  * the method calls (ferry_write or ferry_read of the array's bytes at offset 0),
  * timed in C, in seconds: the raw call measured in the same run. */
+/* For the benchmark: `iterations` C calls of `op` ("write", "read": ferry_write,
+ * ferry_read; "write_async": ferry_write_async on `queue`, submitted only: the
+ * caller synchronises the queue, untimed) with the array's bytes, timed in C. */
 static PyObject *mod_time_c(PyObject *m, PyObject *args) {
   (void)m;
   const char *op;
-  PyObject *buffer, *array;
+  PyObject *buffer, *array, *queue = Py_None;
   Py_ssize_t iterations;
-  if (!PyArg_ParseTuple(args, "sO!On:_time_c", &op, &BufferType, &buffer, &array, &iterations)) return NULL;
+  if (!PyArg_ParseTuple(args, "sO!On|O:_time_c", &op, &BufferType, &buffer, &array, &iterations, &queue)) return NULL;
   BufferObject *b = (BufferObject *)buffer;
   if (!buffer_live(b)) return NULL;
-  bool reading = strcmp(op, "read") == 0;
+  bool reading = strcmp(op, "read") == 0, async = strcmp(op, "write_async") == 0;
+  if (!reading && !async && strcmp(op, "write") != 0)
+    return PyErr_Format(PyExc_ValueError, "_time_c: op is \"write\", \"read\" or \"write_async\", not \"%s\"", op);
+  if (async && !PyObject_TypeCheck(queue, &QueueType))
+    return PyErr_Format(PyExc_TypeError, "_time_c: \"write_async\" takes a ferry.Queue");
+  if (async && !queue_live((QueueObject *)queue, "_time_c")) return NULL;
+  ferry_queue q = async ? ((QueueObject *)queue)->handle : FERRY_NULL_QUEUE;
   Py_buffer view;
   if (!get_array(array, &view, reading, "_time_c")) return NULL;
   ferry_status st = FERRY_OK;
@@ -2336,8 +2345,12 @@ static PyObject *mod_time_c(PyObject *m, PyObject *args) {
   ferry_buffer h = b->handle;
   Py_BEGIN_ALLOW_THREADS;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (Py_ssize_t i = 0; i < iterations && st == FERRY_OK; i++)
-    st = reading ? ferry_read(h, 0, view.buf, (size_t)view.len) : ferry_write(h, 0, view.buf, (size_t)view.len);
+  if (async)
+    for (Py_ssize_t i = 0; i < iterations && st == FERRY_OK; i++)
+      st = ferry_write_async(q, h, 0, view.buf, (size_t)view.len);
+  else
+    for (Py_ssize_t i = 0; i < iterations && st == FERRY_OK; i++)
+      st = reading ? ferry_read(h, 0, view.buf, (size_t)view.len) : ferry_write(h, 0, view.buf, (size_t)view.len);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   Py_END_ALLOW_THREADS;
   PyBuffer_Release(&view);
@@ -2346,7 +2359,8 @@ static PyObject *mod_time_c(PyObject *m, PyObject *args) {
 }
 
 static PyMethodDef module_methods[] = {
-    {"_time_c", mod_time_c, METH_VARARGS, "_time_c(op, buffer, array, iterations, /)\n--\n\nFor the benchmark."},
+    {"_time_c", mod_time_c, METH_VARARGS,
+     "_time_c(op, buffer, array, iterations, queue=None, /)\n--\n\nFor the benchmark."},
     {"version", mod_version, METH_NOARGS, "version()\n--\n\nlibferry's version, \"MAJOR.MINOR.PATCH\"."},
     {"devices", mod_devices, METH_NOARGS,
      "devices()\n--\n\nEvery device, backend by backend (cuda, metal, opencl, vulkan, native, checked)."},

@@ -423,3 +423,22 @@ def test_failure_raised_at_synchronize():
         cu.fake_cuda_make_sticky(0, 0)
     q.destroy()
     b.free()
+
+
+def test_docs_queue_example(device, capsys):
+    """docs/PYTHON.md's queue example runs as printed, on every device."""
+    docs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "docs", "PYTHON.md")
+    if not os.path.exists(docs):
+        pytest.skip("docs/PYTHON.md is not beside this copy of the tests")
+    with open(docs, encoding="utf-8") as f:
+        text = f.read()
+    section = text[text.index("### Queues and events"):]
+    code = section[section.index("```python\n") + len("```python\n"):section.index("```\n", section.index("```python"))]
+    scope = {"np": np, "ferry": ferry, "dev": device}
+    exec(compile(code, docs, "exec"), scope)
+    assert np.array_equal(scope["y"], np.ones(1 << 20, np.float32))
+    assert np.array_equal(scope["b"].read(), scope["x"])
+    assert scope["start"].elapsed_time(scope["written"]) >= 0
+    assert "ms for the write" in capsys.readouterr().out
+    for q in (scope["up"], scope["down"]):
+        q.destroy()
