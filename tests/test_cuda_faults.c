@@ -23,6 +23,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -531,6 +532,173 @@ static void lent_memory(void) {
   free(mem);
 }
 
+/* ---- staging belongs to operations ------------------------------------------------------ */
+
+typedef struct other_side {
+  ferry_queue q;
+  ferry_buffer buf;
+  unsigned char *host, *back;
+  size_t bytes;
+  _Atomic int done;
+  ferry_status st;
+  char error[1024];
+} other_side;
+
+/* A read staged on a second queue, then a synchronous write and read of another
+ * thread's: each takes a ring of its own. */
+static void *other_side_run(void *arg) {
+  other_side *o = arg;
+  ferry_status st = ferry_read_async(o->q, o->buf, 0, o->back, o->bytes);
+  if (st == FERRY_OK) st = ferry_queue_synchronize(o->q);
+  if (st == FERRY_OK && (st = ferry_write(o->buf, 0, o->host, o->bytes)) == FERRY_OK)
+    st = ferry_read(o->buf, 0, o->back, o->bytes);
+  o->st = st;
+  if (st != FERRY_OK) snprintf(o->error, sizeof o->error, "%s", ferry_last_error());
+  atomic_store(&o->done, 1);
+  return NULL;
+}
+
+static void staging_per_operation(void) {
+  section("a staged transfer held on one queue does not hold back another queue's or thread's");
+  CHECK(api->cuCtxSetCurrent(ctx_of(dev0)) == FCU_SUCCESS);
+  void *gate_host = NULL;
+  cu_deviceptr gate = 0;
+  CHECK(api->cuMemHostAlloc(&gate_host, 4096, FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP) == FCU_SUCCESS);
+  CHECK(api->cuMemHostGetDevicePointer(&gate, gate_host, 0) == FCU_SUCCESS);
+  volatile uint32_t *word = gate_host;
+  *word = 0;
+  const size_t bytes = (size_t)64 << 20; /* many pieces: more than a ring holds */
+  ferry_queue held = FERRY_NULL_QUEUE;
+  other_side o = {.bytes = bytes};
+  unsigned char *src = malloc(bytes);
+  o.host = malloc(bytes);
+  o.back = malloc(bytes);
+  ferry_buffer a = FERRY_NULL_BUFFER;
+  CHECK_OK(ferry_alloc(dev0, bytes, FERRY_UINT8, &a));
+  CHECK_OK(ferry_alloc(dev0, bytes, FERRY_UINT8, &o.buf));
+  fill_pattern(src, bytes, 41);
+  fill_pattern(o.host, bytes, 42);
+  CHECK_OK(ferry_write(o.buf, 0, o.host, bytes));
+  CHECK_OK(ferry_queue_create(dev0, &held));
+  CHECK_OK(ferry_queue_create(dev0, &o.q));
+  /* The held queue's stream waits for the word: its staged write fills its ring
+   * and stops there, holding it. */
+  ferry_native qn;
+  CHECK_OK(ferry_queue_native(held, &qn));
+  CHECK(api->cuStreamWaitValue32((cu_stream)qn.queue, gate, 1, FCU_STREAM_WAIT_VALUE_GEQ) == FCU_SUCCESS);
+  CHECK_OK(ferry_write_async(held, a, 0, src, bytes));
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, other_side_run, &o) == 0);
+  for (int i = 0; i < 1000 && !atomic_load(&o.done); i++)
+    usleep(10000);
+  CHECK_MSG(atomic_load(&o.done), "a staged transfer on a second queue, or another thread's, waited for the held one");
+  CHECK_STATUS(ferry_queue_query(held), FERRY_NOT_READY); /* still held */
+  *word = 1;
+  pthread_join(t, NULL);
+  CHECK_MSG(o.st == FERRY_OK, "the other queue's and thread's transfers: %s", o.error);
+  CHECK(find_pattern_mismatch(o.back, bytes, 42) == SIZE_MAX);
+  CHECK_OK(ferry_queue_synchronize(held));
+  memset(o.back, 0, bytes);
+  CHECK_OK(ferry_read(a, 0, o.back, bytes));
+  CHECK(find_pattern_mismatch(o.back, bytes, 41) == SIZE_MAX);
+  CHECK_OK(ferry_queue_destroy(held));
+  CHECK_OK(ferry_queue_destroy(o.q));
+  CHECK_OK(ferry_free(a));
+  CHECK_OK(ferry_free(o.buf));
+  CHECK(api->cuMemFreeHost(gate_host) == FCU_SUCCESS);
+  free(src);
+  free(o.host);
+  free(o.back);
+}
+
+/* ---- ferry waits only for its own work ------------------------------------------------ */
+
+typedef struct own_work {
+  ferry_buffer a, b;
+  unsigned char *host, *back;
+  size_t small, large;
+  _Atomic int done; /* 1: every call returned */
+  ferry_status st;
+  char error[1024];
+} own_work;
+
+/* Every synchronous call, and a queue of ferry's, while the program's streams wait. */
+static void *own_work_run(void *arg) {
+  own_work *w = arg;
+  ferry_status st = FERRY_OK;
+  ferry_queue q = FERRY_NULL_QUEUE;
+  unsigned char seven = 7;
+  const size_t sizes[2] = {w->small, w->large};
+  for (int i = 0; i < 2 && st == FERRY_OK; i++) {
+    size_t n = sizes[i];
+    if ((st = ferry_write(w->a, 0, w->host, n)) == FERRY_OK && (st = ferry_read(w->a, 0, w->back, n)) == FERRY_OK &&
+        (st = ferry_copy(w->a, 0, w->b, 0, n)) == FERRY_OK)
+      st = ferry_fill(w->b, 0, n, &seven, 1);
+  }
+  if (st == FERRY_OK && (st = ferry_queue_create(dev0, &q)) == FERRY_OK) {
+    if ((st = ferry_write_async(q, w->a, 0, w->host, w->large)) == FERRY_OK &&
+        (st = ferry_copy_async(q, w->a, 0, w->b, 0, w->large)) == FERRY_OK)
+      st = ferry_read_async(q, w->b, 0, w->back, w->large);
+    ferry_status end = ferry_queue_destroy(q);
+    if (st == FERRY_OK) st = end;
+  }
+  w->st = st;
+  if (st != FERRY_OK) snprintf(w->error, sizeof w->error, "%s", ferry_last_error());
+  atomic_store(&w->done, 1);
+  return NULL;
+}
+
+static void blocked_user_streams(void) {
+  section("the program's streams blocked forever do not delay ferry's calls");
+  /* The default way of completing pageable writes: FERRY_CUDA_H2D=memops (the
+   * rest of this program's mode) goes through the legacy stream by design. */
+  ferry_shutdown();
+  CHECK_OK(ferry_set_option("FERRY_CUDA_H2D", "stream"));
+  CHECK(start());
+  cu_context ctx = ctx_of(dev0);
+  CHECK(api->cuCtxSetCurrent(ctx) == FCU_SUCCESS);
+  /* A gate word the streams wait for, in pinned memory mapped for the device. */
+  void *gate_host = NULL;
+  cu_deviceptr gate = 0;
+  CHECK(api->cuMemHostAlloc(&gate_host, 4096, FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP) == FCU_SUCCESS);
+  CHECK(api->cuMemHostGetDevicePointer(&gate, gate_host, 0) == FCU_SUCCESS);
+  volatile uint32_t *word = gate_host;
+  *word = 0;
+  cu_stream blocking = NULL, nonblocking = NULL;
+  CHECK(api->cuStreamCreate(&blocking, FCU_STREAM_DEFAULT) == FCU_SUCCESS);
+  CHECK(api->cuStreamCreate(&nonblocking, FCU_STREAM_NON_BLOCKING) == FCU_SUCCESS);
+  /* The legacy stream, a blocking stream (which the legacy stream waits for) and
+   * a non-blocking one, each held until the word is raised. */
+  CHECK(api->cuStreamWaitValue32(NULL, gate, 1, FCU_STREAM_WAIT_VALUE_GEQ) == FCU_SUCCESS);
+  CHECK(api->cuStreamWaitValue32(blocking, gate, 1, FCU_STREAM_WAIT_VALUE_GEQ) == FCU_SUCCESS);
+  CHECK(api->cuStreamWaitValue32(nonblocking, gate, 1, FCU_STREAM_WAIT_VALUE_GEQ) == FCU_SUCCESS);
+  own_work w = {.small = 64, .large = (size_t)8 << 20};
+  w.host = malloc(w.large);
+  w.back = malloc(w.large);
+  CHECK_OK(ferry_alloc(dev0, w.large, FERRY_UINT8, &w.a));
+  CHECK_OK(ferry_alloc(dev0, w.large, FERRY_UINT8, &w.b));
+  fill_pattern(w.host, w.large, 31);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, own_work_run, &w) == 0);
+  /* Ten seconds for what takes milliseconds; the gate is raised either way, so a
+   * failure here never hangs the test. */
+  for (int i = 0; i < 1000 && !atomic_load(&w.done); i++)
+    usleep(10000);
+  CHECK_MSG(atomic_load(&w.done), "ferry's synchronous calls or queue waited for the program's blocked streams");
+  *word = 1;
+  pthread_join(t, NULL);
+  CHECK_MSG(w.st == FERRY_OK, "ferry's calls under blocked streams: %s", w.error);
+  CHECK(find_pattern_mismatch(w.back, w.large, 31) == SIZE_MAX);
+  CHECK(api->cuStreamSynchronize(blocking) == FCU_SUCCESS && api->cuStreamSynchronize(nonblocking) == FCU_SUCCESS &&
+        api->cuStreamSynchronize(NULL) == FCU_SUCCESS);
+  CHECK(api->cuStreamDestroy(blocking) == FCU_SUCCESS && api->cuStreamDestroy(nonblocking) == FCU_SUCCESS);
+  CHECK(api->cuMemFreeHost(gate_host) == FCU_SUCCESS);
+  CHECK_OK(ferry_free(w.a));
+  CHECK_OK(ferry_free(w.b));
+  free(w.host);
+  free(w.back);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *lib = getenv("FERRY_CUDA_LIBRARY");
@@ -563,6 +731,8 @@ int main(void) {
   peer_copies();
   misaligned_pinned();
   lent_memory();
+  blocked_user_streams();
+  staging_per_operation();
   harness_context = "";
   ferry_shutdown();
   /* Nothing left behind in the driver, and no misuse of its API. */

@@ -249,6 +249,54 @@ static void complete_on_return(ferry_device *dev, cu_function fn, const char *mo
   CHECK_CU(api->cuStreamDestroy(side));
 }
 
+/* ---- a kernel on a queue's own stream ------------------------------------------------------ */
+
+/* A kernel launched on the stream ferry_queue_native gives runs in the queue's
+ * order: after the write submitted before it (from pageable and from pinned
+ * memory, whose pieces are pushed at submission behind waits for the host), and
+ * before the read and the copy submitted after it. Nothing is synchronised in
+ * between: the stream alone orders the three. */
+static void queue_native_order(ferry_device *dev, cu_function fn) {
+  ferry_queue q = FERRY_NULL_QUEUE;
+  CHECK_OK(ferry_queue_create(dev, &q));
+  ferry_native qn = {0};
+  CHECK_OK(ferry_queue_native(q, &qn));
+  cu_stream stream = (cu_stream)qn.queue;
+  CHECK(stream != NULL);
+  const size_t sizes[] = {64, (size_t)256 << 10, (size_t)24 << 20};
+  for (size_t s = 0; s < sizeof sizes / sizeof sizes[0] && stream; s++) {
+    size_t bytes = sizes[s], n = bytes / sizeof(int32_t);
+    int32_t *a = malloc(bytes), *back = malloc(bytes), *pinned = NULL;
+    CHECK_OK(ferry_host_alloc(dev, bytes, (void **)&pinned));
+    ferry_buffer b = FERRY_NULL_BUFFER, c = FERRY_NULL_BUFFER;
+    CHECK_OK(ferry_alloc(dev, n, FERRY_INT32, &b));
+    CHECK_OK(ferry_alloc(dev, n, FERRY_INT32, &c));
+    for (int from_pinned = 0; from_pinned < 2; from_pinned++) {
+      int32_t *src = from_pinned ? pinned : a;
+      if (!src) continue;
+      int32_t seed = 51 + (int32_t)(s * 2) + from_pinned;
+      fill(src, n, seed);
+      memset(back, 0, bytes);
+      CHECK_OK(ferry_write_async(q, b, 0, src, bytes));
+      CHECK_CU(launch(fn, ferry_device_ptr(b), (unsigned int)n, stream));
+      CHECK_OK(ferry_copy_async(q, b, 0, c, 0, bytes));
+      CHECK_CU(launch(fn, ferry_device_ptr(c), (unsigned int)n, stream));
+      CHECK_OK(ferry_read_async(q, c, 0, back, bytes));
+      CHECK_OK(ferry_queue_synchronize(q));
+      char what[160];
+      snprintf(what, sizeof what, "%zu bytes from %s memory, a kernel on ferry_queue_native's stream after each step",
+               bytes, from_pinned ? "pinned" : "pageable");
+      expect(back, n, seed, 2, what);
+    }
+    CHECK_OK(ferry_free(b));
+    CHECK_OK(ferry_free(c));
+    if (pinned) CHECK_OK(ferry_host_free(pinned));
+    free(a);
+    free(back);
+  }
+  CHECK_OK(ferry_queue_destroy(q));
+}
+
 /* ---- a kernel that faults (in a child process: the context is lost) ---------------------------- */
 
 static int fault_child(void) {
@@ -345,6 +393,11 @@ int main(int argc, char **argv) {
       }
       complete_on_return(devs[d], k.fn, modes[m]);
       printf("  %-40s %s\n", "transfers complete on return", harness_failures == before ? "ok" : "FAILED");
+      if (m == 0) {
+        before = harness_failures;
+        queue_native_order(devs[d], k.fn);
+        printf("  %-40s %s\n", "kernels on a queue's own stream", harness_failures == before ? "ok" : "FAILED");
+      }
       kernel_unload(&k);
     }
     ferry_shutdown();

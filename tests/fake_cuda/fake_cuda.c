@@ -159,8 +159,14 @@ static void remove_region(region *r) { *r = regions[--region_count]; }
 
 /* ---- common checks ---------------------------------------------------------------------- */
 
+FAKE_INTERNAL _Thread_local bool fake_in_host_fn;
+
 FAKE_INTERNAL cu_result need_ctx(const char *function, fake_ctx **out) {
   *out = NULL; /* set on every path, so that callers' compilers see it written */
+  if (fake_in_host_fn) {
+    misuse(function, "called from a host function of cuLaunchHostFunc (CUDA forbids it: it may deadlock)");
+    return FCU_ERROR_NOT_PERMITTED;
+  }
   if (!initialized) return FCU_ERROR_NOT_INITIALIZED;
   fake_ctx *c = current_ctx();
   if (!c) {

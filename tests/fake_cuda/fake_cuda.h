@@ -132,6 +132,12 @@ typedef struct fake_cuda_counts {
 /* The next `skip` calls of `function` (its symbol name, "cuMemAlloc_v2") run
  * normally, the `times` after that return `result`. At most 16 at once;
  * fake_cuda_inject(NULL, 0, 0, 0) clears them all. Returns 0, or -1 when full. */
+/* cuLaunchHostFunc(stream, fn, user_data): fn(user_data) runs on the stream's
+ * thread, in the stream's order (ferry does not use it; the tests do). A call
+ * into the driver from fn is misuse (CUDA_ERROR_NOT_PERMITTED). */
+typedef void (*fake_cuda_host_fn)(void *user_data);
+typedef int (*fake_cuda_launch_host_func_fn)(void *stream, fake_cuda_host_fn fn, void *user_data);
+
 typedef int (*fake_cuda_inject_fn)(const char *function, int result, int skip, int times);
 /* Fills *out. */
 typedef void (*fake_cuda_counts_fn)(fake_cuda_counts *out);

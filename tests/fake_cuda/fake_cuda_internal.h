@@ -77,6 +77,9 @@ typedef struct fake_ctx {
 
 /* The current context, or an error: not initialised, none current, destroyed,
  * sticky. *out is NULL on error. */
+/* Set on a stream's thread while it runs a host function (cuLaunchHostFunc): every
+ * call that needs a context then is misuse, as CUDA forbids it. */
+FAKE_INTERNAL extern _Thread_local bool fake_in_host_fn;
 FAKE_INTERNAL cu_result need_ctx(const char *function, fake_ctx **out);
 /* A CUcontext argument, or NULL when it is not one of ours. */
 FAKE_INTERNAL fake_ctx *as_ctx(cu_context ctx);

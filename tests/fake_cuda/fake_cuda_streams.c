@@ -59,7 +59,7 @@ typedef struct dep {
   unsigned long long seq; /* met once s has completed its operation number seq */
 } dep;
 
-typedef enum op_kind { OP_COPY, OP_MEMSET, OP_KERNEL, OP_RECORD, OP_WAIT, OP_WAIT_VALUE } op_kind;
+typedef enum op_kind { OP_COPY, OP_MEMSET, OP_KERNEL, OP_RECORD, OP_WAIT, OP_WAIT_VALUE, OP_HOST_FUNC } op_kind;
 
 typedef struct op {
   struct op *next;
@@ -84,6 +84,9 @@ typedef struct op {
   bool fault;
   /* OP_WAIT_VALUE */
   const uint32_t *word;
+  /* OP_HOST_FUNC */
+  fake_cuda_host_fn host_fn;
+  void *user_data;
   /* OP_RECORD: completed by it; OP_WAIT: waited for (or NULL) */
   marker *mark;
   int ndeps;
@@ -356,6 +359,14 @@ static void run(fake_stream *s, op *o) {
   if (cfg.jitter_us > 0) us += (long)(next_random(&s->rng) % (uint64_t)(cfg.jitter_us + 1));
   sleep_us(us);
   if (o->kind == OP_RECORD) return; /* completed, with its time, by finish() */
+  if (o->kind == OP_HOST_FUNC) {
+    /* On the stream's thread, in the stream's order; a host function must not
+     * call the driver (CUDA's rule): fake_in_host_fn makes every call misuse. */
+    fake_in_host_fn = true;
+    o->host_fn(o->user_data);
+    fake_in_host_fn = false;
+    return;
+  }
   pthread_rwlock_rdlock(&memory);
   int gone = -1;
   pthread_mutex_lock(&lock);
@@ -1216,4 +1227,21 @@ FAKE_API cu_result cuEventDestroy_v2(cu_event event) {
   counts.events--;
   pthread_mutex_unlock(&lock);
   return FCU_SUCCESS;
+}
+
+/* ---- host functions ----------------------------------------------------------------------------- */
+
+FAKE_API cu_result cuLaunchHostFunc(cu_stream stream, fake_cuda_host_fn fn, void *user_data) {
+  INJECT("cuLaunchHostFunc");
+  const char *function = "cuLaunchHostFunc";
+  fake_ctx *c;
+  cu_result r = need_ctx(function, &c);
+  if (r) return r;
+  if (!fn) {
+    misuse(function, "a NULL function");
+    return FCU_ERROR_INVALID_VALUE;
+  }
+  if ((r = stream_check(function, c, stream))) return r;
+  op o = {.kind = OP_HOST_FUNC, .host_fn = fn, .user_data = user_data};
+  return submit(function, c, stream, &o, NULL);
 }

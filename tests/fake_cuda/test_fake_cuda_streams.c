@@ -76,6 +76,8 @@ static void setenv_long(const char *name, long v) {
   setenv(name, buf, 1);
 }
 
+static void *host_func_symbol; /* cuLaunchHostFunc (not in cuda_api.h: ferry does not call it) */
+
 static cu_device dev[2];
 static cu_context ctx[2];
 static int ndev;
@@ -937,6 +939,66 @@ static void case_strict_leak(void) {
 
 /* ---- main ------------------------------------------------------------------------------------- */
 
+/* cuLaunchHostFunc: the function runs on the stream's thread in the stream's
+ * order (after the gate and the memset before it, before the memset after it),
+ * cuStreamSynchronize covers it, and a driver call from inside it is refused
+ * as misuse. */
+typedef struct host_call {
+  cu_deviceptr x;
+  uint32_t seen; /* the word at x when the function ran */
+  _Atomic int calls;
+  cu_result inner; /* what a driver call from inside returned */
+  bool call_driver;
+} host_call;
+
+static void host_fn(void *arg) {
+  host_call *h = arg;
+  h->seen = peek32(h->x);
+  if (h->call_driver) {
+    cu_event e = NULL;
+    h->inner = api.cuEventCreate(&e, 0);
+  }
+  atomic_fetch_add(&h->calls, 1);
+}
+
+static void case_host_func(void) {
+  start(1, 200, 100, false);
+  fake_cuda_launch_host_func_fn launch_host = NULL;
+  *(void **)&launch_host = host_func_symbol;
+  CHECK(launch_host != NULL);
+  if (!launch_host) {
+    stop();
+    return;
+  }
+  cu_stream s = stream(FCU_STREAM_NON_BLOCKING);
+  cu_deviceptr x = dalloc(64);
+  fill32(x, 1, 16);
+  gate g = gate_new();
+  host_call h = {.x = x};
+  gate_close(&g, s);
+  OK(api.cuMemsetD32Async(x, 2, 16, s));
+  CHECK_CU((cu_result)launch_host(s, host_fn, &h), FCU_SUCCESS);
+  OK(api.cuMemsetD32Async(x, 3, 16, s));
+  sleep_ms(20);
+  CHECK(atomic_load(&h.calls) == 0); /* behind the gate */
+  CHECK_CU(api.cuStreamQuery(s), NOT_READY);
+  gate_open(&g);
+  OK(api.cuStreamSynchronize(s));
+  CHECK(atomic_load(&h.calls) == 1 && h.seen == 2 && peek32(x) == 3);
+  /* On the legacy stream too; and a driver call from inside is refused. */
+  long misuse_before = counts().misuse;
+  h.call_driver = true;
+  CHECK_CU((cu_result)launch_host(NULL, host_fn, &h), FCU_SUCCESS);
+  OK(api.cuStreamSynchronize(NULL));
+  CHECK(atomic_load(&h.calls) == 2 && h.inner == FCU_ERROR_NOT_PERMITTED);
+  CHECK(counts().misuse == misuse_before + 1);
+  CHECK_CU((cu_result)launch_host(s, NULL, &h), INVALID);
+  OK(api.cuStreamDestroy(s));
+  OK(api.cuMemFree(x));
+  gate_free(&g);
+  stop();
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *path = argc > 1 ? argv[1] : getenv("FERRY_CUDA_LIBRARY");
@@ -957,6 +1019,7 @@ int main(int argc, char **argv) {
   }
   FERRY_CUDA_FUNCTIONS(LOOKUP)
 #undef LOOKUP
+  host_func_symbol = dlsym(lib, "cuLaunchHostFunc");
   *(void **)&inject = dlsym(lib, "fake_cuda_inject");
   *(void **)&counts_get = dlsym(lib, "fake_cuda_counts_get");
   *(void **)&make_sticky = dlsym(lib, "fake_cuda_make_sticky");
@@ -984,6 +1047,7 @@ int main(int argc, char **argv) {
       {"destroy with work pending", case_destroy_pending},
       {"injected, sticky and asynchronous failures", case_failures},
       {"threads at once", case_threads},
+      {"cuLaunchHostFunc: in order, on the stream's thread, no driver calls inside", case_host_func},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int before = atomic_load(&failures);
