@@ -8,7 +8,9 @@
  *    (ferry_host_to_device with the same array), incremented, taken back
  *    (ferry_device_to_host with the same array): the array itself holds the
  *    kernel's results; several rounds, then kernel results that reach the array
- *    through ferry_free alone, and device-side copies after a kernel.
+ *    through ferry_free alone, and device-side copies after a kernel;
+ *  - kernels on a ferry queue's own cl_command_queue (ferry_queue_native),
+ *    between a queued write, copy and read, ordered by the queue alone.
  *
  * Runs on every OpenCL device; skipped (77) when there is none, unless
  * FERRY_REQUIRE_BACKENDS names opencl.
@@ -43,6 +45,18 @@ static void run_increment(const kernel_ctx *k, ferry_buffer b, size_t n) {
   CHECK_MSG(err == CL_SUCCESS, "clEnqueueNDRangeKernel: %s (%d)", ferry__opencl_error_name(err), (int)err);
   err = k->api->clFinish(k->queue);
   CHECK_MSG(err == CL_SUCCESS, "clFinish: %s (%d)", ferry__opencl_error_name(err), (int)err);
+}
+
+/* Enqueues increment on the first n int32 elements of the buffer on `queue`; does not wait. */
+static void enqueue_increment(const kernel_ctx *k, cl_command_queue queue, ferry_buffer b, size_t n) {
+  cl_mem mem = (cl_mem)ferry_device_ptr(b);
+  cl_uint count = (cl_uint)n;
+  CHECK(k->api->clSetKernelArg(k->kernel, 0, sizeof mem, &mem) == CL_SUCCESS);
+  CHECK(k->api->clSetKernelArg(k->kernel, 1, sizeof count, &count) == CL_SUCCESS);
+  size_t global = (n + 63) / 64 * 64;
+  cl_int err = k->api->clEnqueueNDRangeKernel(queue, k->kernel, 1, NULL, &global, NULL, 0, NULL, NULL);
+  CHECK_MSG(err == CL_SUCCESS, "clEnqueueNDRangeKernel on a ferry queue's own: %s (%d)", ferry__opencl_error_name(err),
+            (int)err);
 }
 
 static int32_t value(size_t i, int round) { return (int32_t)(i * 2654435761u) ^ (int32_t)(round * 7919); }
@@ -147,6 +161,46 @@ static void host_ptr_buffer(const kernel_ctx *k, ferry_device *dev, const ferry_
 
 /* Builds the kernel for the device; false (with the reason printed) when the
  * device cannot compile: then the device is skipped. */
+/* Kernels enqueued on the cl_command_queue ferry_queue_native gives run in the
+ * ferry queue's order: after the write submitted before them (pageable, so
+ * staged), before the copy and the read submitted after; nothing waits in
+ * between but the queue's own order. */
+static void queue_native_order(const kernel_ctx *k, ferry_device *dev) {
+  ferry_queue q = FERRY_NULL_QUEUE;
+  CHECK_OK(ferry_queue_create(dev, &q));
+  ferry_native qn = {0};
+  CHECK_OK(ferry_queue_native(q, &qn));
+  cl_command_queue queue = (cl_command_queue)qn.queue;
+  CHECK(queue != NULL);
+  const size_t counts[] = {16, (size_t)1 << 16, ((size_t)4 << 20) + 3};
+  for (size_t c = 0; c < sizeof counts / sizeof counts[0] && queue; c++) {
+    size_t n = counts[c];
+    int32_t *in = malloc(n * sizeof *in), *out = malloc(n * sizeof *out);
+    for (size_t i = 0; i < n; i++)
+      in[i] = value(i, 5 + (int)c);
+    memset(out, 0, n * sizeof *out);
+    ferry_buffer a = FERRY_NULL_BUFFER, b = FERRY_NULL_BUFFER;
+    CHECK_OK(ferry_alloc(dev, n, FERRY_INT32, &a));
+    CHECK_OK(ferry_alloc(dev, n, FERRY_INT32, &b));
+    CHECK_OK(ferry_write_async(q, a, 0, in, n * sizeof *in));
+    enqueue_increment(k, queue, a, n);
+    CHECK_OK(ferry_copy_async(q, a, 0, b, 0, n * sizeof *in));
+    enqueue_increment(k, queue, b, n);
+    CHECK_OK(ferry_read_async(q, b, 0, out, n * sizeof *out));
+    CHECK_OK(ferry_queue_synchronize(q));
+    size_t bad = SIZE_MAX;
+    for (size_t i = 0; i < n && bad == SIZE_MAX; i++)
+      if (out[i] != in[i] + 2) bad = i;
+    CHECK_MSG(bad == SIZE_MAX, "%zu elements: element %zu is %d, %d expected (write, kernel, copy, kernel, read)", n,
+              bad, bad == SIZE_MAX ? 0 : out[bad], bad == SIZE_MAX ? 0 : in[bad] + 2);
+    CHECK_OK(ferry_free(a));
+    CHECK_OK(ferry_free(b));
+    free(in);
+    free(out);
+  }
+  CHECK_OK(ferry_queue_destroy(q));
+}
+
 static bool build_kernel(const ferry_cl_api *api, const ferry_native *nat, kernel_ctx *k, cl_program *out_program) {
   if (!api->clCreateProgramWithSource || !api->clBuildProgram || !api->clCreateKernel || !api->clEnqueueNDRangeKernel ||
       !api->clSetKernelArg) {
@@ -208,6 +262,9 @@ int main(void) {
     before = harness_failures;
     host_ptr_buffer(&k, dev, &info);
     printf("  %-28s %s\n", "kernel on a host-ptr buffer", harness_failures == before ? "ok" : "FAILED");
+    before = harness_failures;
+    queue_native_order(&k, dev);
+    printf("  %-28s %s\n", "kernels on a queue's own", harness_failures == before ? "ok" : "FAILED");
     api->clReleaseKernel(k.kernel);
     api->clReleaseProgram(program);
   }

@@ -4,7 +4,8 @@
  * ferry_device_native; the shader adds 1 to every 32-bit word; ferry reads the
  * result back. The same over a host-pointer buffer where the device has
  * VK_EXT_external_memory_host, and over small buffers that may share a block of
- * memory (each bound at its own offset).
+ * memory (each bound at its own offset); and a dispatch on a ferry queue's own
+ * VkQueue (ferry_queue_native), ordered after the queue's write by an event.
  *
  * Each device is tested as it comes, and again with FERRY_VULKAN_DEBUG=
  * staging,suballoc,noncoherent (the paths of a discrete GPU, on any driver),
@@ -318,6 +319,53 @@ static void host_pointer_buffer(kernel *k, ferry_device *dev, const ferry_device
   free(back);
 }
 
+/* A dispatch on a ferry queue's own VkQueue (ferry_queue_native), ordered after
+ * the queue's write by an event: ferry_event_record, then the host waits for the
+ * event (Vulkan's queues are the program's to order: ferry_queue_native's rule),
+ * then the dispatch, then a read queued on the same ferry queue. */
+static void queue_event_dispatch(kernel *k, ferry_device *dev, uint32_t family) {
+  ferry_queue q = FERRY_NULL_QUEUE;
+  ferry_event written = FERRY_NULL_EVENT;
+  CHECK_OK(ferry_queue_create(dev, &q));
+  CHECK_OK(ferry_event_create(&written));
+  ferry_native qn = {0};
+  ferry_status st = ferry_queue_native(q, &qn);
+  if (st == FERRY_ERROR_UNSUPPORTED) {
+    printf("  (queues on no VkQueue of their own here: %s)\n", ferry_last_error());
+  } else if (qn.queue_family != family) {
+    CHECK_OK(st);
+    printf("  (the queue's family %u is not the kernel's %u: the dispatch case is not run)\n", qn.queue_family, family);
+  } else {
+    CHECK_OK(st);
+    const size_t n = 100003;
+    uint32_t *h = malloc(n * sizeof *h), *back = malloc(n * sizeof *back);
+    for (size_t i = 0; i < n; i++)
+      h[i] = word_at(i, 9);
+    memset(back, 0, n * sizeof *back);
+    ferry_buffer b = FERRY_NULL_BUFFER;
+    CHECK_OK(ferry_alloc(dev, n, FERRY_UINT32, &b));
+    CHECK_OK(ferry_write_async(q, b, 0, h, n * sizeof *h));
+    CHECK_OK(ferry_event_record(written, q));
+    CHECK_OK(ferry_event_synchronize(written));
+    VkQueue own = k->queue;
+    k->queue = (VkQueue)qn.queue;
+    bool ran = kernel_run(k, b, (uint32_t)n);
+    k->queue = own;
+    if (ran) {
+      CHECK_OK(ferry_read_async(q, b, 0, back, n * sizeof *back));
+      CHECK_OK(ferry_queue_synchronize(q));
+      size_t at = first_wrong(back, n, 9, 1);
+      CHECK_MSG(at == SIZE_MAX, "word %zu of %zu after a dispatch on the ferry queue's VkQueue: %u, expected %u", at, n,
+                at == SIZE_MAX ? 0 : back[at], at == SIZE_MAX ? 0 : word_at(at, 9) + 1);
+    }
+    CHECK_OK(ferry_free(b));
+    free(h);
+    free(back);
+  }
+  CHECK_OK(ferry_event_destroy(written));
+  CHECK_OK(ferry_queue_destroy(q));
+}
+
 static int run_devices(const char *mode) {
   ferry_status st = ferry_init();
   CHECK_OK(st);
@@ -336,6 +384,9 @@ static int run_devices(const char *mode) {
       plain_buffer(&k, dev);
       small_buffers(&k, dev);
       host_pointer_buffer(&k, dev, &info);
+      ferry_native nat;
+      CHECK_OK(ferry_device_native(dev, &nat));
+      queue_event_dispatch(&k, dev, nat.queue_family);
     }
     kernel_close(&k);
   }
