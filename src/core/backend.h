@@ -201,6 +201,10 @@ typedef struct ferry_device_ops {
   /* A ticket for everything pushed on the lane so far; with `timing`, one that
    * ticket_elapsed can measure from the device's clock. */
   ferry_status (*marker)(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);
+  /* Makes later work on `native_queue`, a native queue of the program's (a
+   * CUstream; DLPack's stream protocol hands one over), wait on the device for
+   * `ticket` of this device. Optional: without it the core waits on the host. */
+  ferry_status (*native_wait)(ferry_device *dev, ferry_ticket ticket, uintptr_t native_queue);
   /* Makes later work on `lane` wait, on the device, for `ticket` of device
    * `ticket_dev` (which may be another device). FERRY_ERROR_UNSUPPORTED
    * without a message where the driver cannot (the core then waits on the

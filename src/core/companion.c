@@ -37,6 +37,14 @@ ferry_status ferry__companion_hold(ferry_buffer buffer, const char *fn, ferry_co
   return st;
 }
 
+ferry_status ferry__companion_native_wait(ferry_device *device, uintptr_t native_queue, const char *fn) {
+  ferry_status st = ferry__enter_device(device, fn);
+  if (st != FERRY_OK) return st;
+  st = ferry__queues_native_wait(device, native_queue, fn);
+  ferry__leave();
+  return st;
+}
+
 void ferry__companion_release(ferry_companion_hold *hold) {
   if (!hold || hold->buffer.id == 0) return;
   ferry__release_held(hold->buffer);

@@ -71,6 +71,14 @@ FERRY_API ferry_status ferry__companion_device_address(const ferry_companion_hol
 /* Ends a map of the same hold; the device's later work sees what was written. */
 FERRY_API ferry_status ferry__companion_unmap(const ferry_companion_hold *hold, const char *fn, void *ptr);
 
+/* DLPack's stream protocol (the Python package's __dlpack__(stream=...)): later
+ * work on `native_queue`, a native queue of the program's on the device (a
+ * CUstream), waits for everything submitted so far to the device's queues, on
+ * the device where its backend can make it wait (CUDA: cuStreamWaitEvent on an
+ * event of each busy queue), else on the host. Reports a failure of a queue's
+ * work as ferry_queue_synchronize would. */
+FERRY_API ferry_status ferry__companion_native_wait(ferry_device *device, uintptr_t native_queue, const char *fn);
+
 /* Lends [ptr, ptr + bytes) of the companion's own page-aligned host memory (its
  * staging) to ferry's registry of pinned memory for this session: a transfer
  * between it and a device DMAs directly (the device's driver registers it at the

@@ -505,6 +505,12 @@ ferry_status ferry__queue_settle_default(ferry_device *dev, const char *fn);
 /* ferry_device_synchronize's part: waits for every queue of the device and
  * reports the first failure not yet reported. */
 ferry_status ferry__queues_synchronize_device(ferry_device *dev, const char *fn);
+/* DLPack's stream protocol: makes later work on `native_queue` (a native queue of
+ * the program's, of this device) wait for everything submitted so far to the
+ * device's queues: on the device where the backend can (native_wait), else on
+ * the host, as ferry_device_synchronize's queue part. Reports a failure of a
+ * queue's work as ferry_queue_synchronize would. */
+ferry_status ferry__queues_native_wait(ferry_device *dev, uintptr_t native_queue, const char *fn);
 /* At shutdown (gate closed), in this order: waits for every queue's work and
  * stops its thread (a failure never reported is printed under `report`);
  * frees every event; gives the lanes back and frees the queues. Their handles

@@ -1157,6 +1157,47 @@ ferry_status ferry__queues_synchronize_device(ferry_device *dev, const char *fn)
   return FERRY_OK;
 }
 
+ferry_status ferry__queues_native_wait(ferry_device *dev, uintptr_t native_queue, const char *fn) {
+  ferry_queue_obj **list;
+  size_t n = device_queues(dev, &list);
+  ferry_status first = FERRY_OK;
+  for (size_t i = 0; i < n; i++) {
+    ferry_queue_obj *q = list[i];
+    ferry_status st = FERRY_OK;
+    bool on_host = !dev->ops->native_wait || atomic_load(&q->failing);
+    ferry_capture *c = NULL;
+    if (!on_host && !ferry__queue_poll_seq(q, 0)) {
+      /* A marker of everything submitted: on a lane it is pushed at once, its
+       * ticket behind every earlier operation's device work (staged pieces wait
+       * on the device for the queue's thread). */
+      if (!(c = ferry__capture_new(q))) {
+        st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a marker of %s's queue", fn, dev->label);
+      } else {
+        ferry__capture_ref(c); /* the marker's */
+        ferry_op op = {.kind = FERRY_OP_MARKER, .fn = fn, .capture = c};
+        st = ferry__queue_submit(q, &op);
+        ferry_ticket t = st == FERRY_OK ? atomic_load_explicit(&c->ticket, memory_order_acquire) : 0;
+        if (st == FERRY_OK && !t) on_host = true; /* not pushed yet (the queue's thread pushes it): wait here */
+        if (t && (st = dev->ops->native_wait(dev, t, native_queue)) == FERRY_ERROR_UNSUPPORTED) {
+          on_host = true;
+          st = FERRY_OK;
+        } else if (st != FERRY_OK && t) {
+          ferry__fail(st, "%s: %s", fn, ferry__error_text());
+        }
+      }
+    }
+    if (st == FERRY_OK && on_host) {
+      ferry__queue_wait_seq(q, c ? c->seq : 0);
+      st = ferry__queue_report(q, fn, UINT64_MAX);
+    }
+    if (c) ferry__capture_unref(c);
+    if (st != FERRY_OK && first == FERRY_OK) first = st;
+    ferry__queue_unref(q);
+  }
+  free(list);
+  return first;
+}
+
 void ferry__queues_drain_device(ferry_device *dev, bool report) {
   struct ferry_device_state *s = dev->state;
   pthread_mutex_lock(&s->queues_lock);

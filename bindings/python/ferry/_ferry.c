@@ -856,10 +856,11 @@ static bool parse_max_version(PyObject *obj, bool *versioned) {
 }
 
 /* Reads __dlpack__'s stream: None, or an int that can be a stream (-1: none,
- * else a handle of 64 bits). *wait is false for -1 only: the consumer asks for
- * no synchronisation. */
-static bool parse_stream(PyObject *obj, bool *wait) {
+ * else a handle of 64 bits, in *handle). *wait is false for -1 only: the
+ * consumer asks for no synchronisation. */
+static bool parse_stream(PyObject *obj, bool *wait, uint64_t *handle) {
   *wait = true;
+  *handle = 0;
   if (obj == Py_None) return true;
   if (!PyLong_Check(obj)) {
     PyErr_Format(PyExc_TypeError, "__dlpack__: stream must be an int or None, not %R", obj);
@@ -876,11 +877,13 @@ static bool parse_stream(PyObject *obj, bool *wait) {
                    obj);
       return false;
     }
+    *handle = (uint64_t)u;
   } else if (overflow < 0 || v < -1) {
     PyErr_Format(PyExc_ValueError, "__dlpack__: stream %S is no stream: a stream is -1 (none) or a 64-bit handle", obj);
     return false;
   }
   *wait = overflow > 0 || v != -1;
+  if (overflow == 0 && v >= 0) *handle = (uint64_t)v;
   return true;
 }
 
@@ -908,10 +911,11 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
   DeviceObject *d = (DeviceObject *)b->device;
   if (!device_live(d)) return NULL;
   bool versioned = false, wait = true;
+  uint64_t stream_handle = 0;
   if (max_version != Py_None && !parse_max_version(max_version, &versioned)) return NULL;
   int copy = copy_obj == Py_None ? -1 : PyObject_IsTrue(copy_obj);
   if (copy_obj != Py_None && copy < 0) return NULL;
-  if (!parse_stream(stream, &wait)) return NULL;
+  if (!parse_stream(stream, &wait, &stream_handle)) return NULL;
   ferry_dl_device own;
   ferry_device *target = d->dev;
   ferry_status st;
@@ -958,11 +962,24 @@ static PyObject *buffer_dlpack(BufferObject *b, PyObject *args, PyObject *kwargs
       need_copy = true;
     }
   }
-  /* Unless the consumer asks for no synchronisation (stream=-1), the work queued on
-   * the device (ferry's queues, and on CUDA the program's own work through the
-   * native handles) is complete before the consumer uses the memory, on any stream
-   * of its: waited for here, on the host, without the GIL. */
-  if (wait) {
+  /* Unless the consumer asks for no synchronisation (stream=-1), the consumer's
+   * work sees everything ferry's queues were given before this call. On CUDA, as
+   * the array API says: the consumer's stream (None: the legacy default stream, 1;
+   * 2: the per-thread default stream; 0 is ambiguous and refused) waits on the
+   * device for an event of each busy queue; this thread does not wait. Elsewhere,
+   * and for an export that copies, the device's work is waited for here, on the
+   * host, without the GIL. */
+  if (wait && own.device_type == FERRY_DL_CUDA && !need_copy) {
+    if (stream != Py_None && stream_handle == 0) {
+      PyErr_SetString(PyExc_ValueError, "__dlpack__: stream=0 on CUDA is ambiguous (the array API refuses it): pass "
+                                        "1 for the legacy default stream, 2 for the per-thread one, or a CUstream");
+      return NULL;
+    }
+    uintptr_t consumer = stream == Py_None ? 1 : (uintptr_t)stream_handle;
+    ferry_device *dev = d->dev;
+    WITHOUT_GIL(st = ferry__companion_native_wait(dev, consumer, "__dlpack__"));
+    if (st != FERRY_OK) return raise_ferry(st);
+  } else if (wait) {
     ferry_device *dev = d->dev;
     Py_BEGIN_ALLOW_THREADS;
     st = ferry_device_synchronize(dev);

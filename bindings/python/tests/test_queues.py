@@ -406,6 +406,72 @@ def test_dlpack_stream_of_a_cuda_consumer():
 
 
 @pytest.mark.skipif(not CUDA or fake_cuda() is None, reason="needs the fake CUDA driver (ctest python.cuda_fake)")
+def test_dlpack_stream_waits_on_the_device():
+    """__dlpack__(stream=s) makes the consumer's stream wait for ferry's queued
+    work on the device: it returns while that work is still held back (behind a
+    word the test raises later), and the consumer's copy, queued right after,
+    still reads the written bytes. stream=0 is refused, None is the legacy
+    stream."""
+    cu = fake_cuda()
+    dev = ferry.device(CUDA[0])
+    n = 1 << 20
+    b = dev.alloc(n, np.float32)
+    b.write(np.zeros(n, dtype=np.float32))
+    q = ferry.Queue(dev)
+    ctx, cudev, stream = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_void_p()
+    assert cu.cuDeviceGet(ctypes.byref(cudev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    # A word in mapped pinned memory that ferry's queue waits for, on its own stream.
+    word, word_dev = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuMemHostAlloc(ctypes.byref(word), ctypes.c_size_t(4096), 3) == 0  # PORTABLE | DEVICEMAP
+    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word_dev), word, 0) == 0
+    gate = ctypes.cast(word, ctypes.POINTER(ctypes.c_uint32))
+    gate[0] = 0
+    native = ctypes.c_void_p(q.native()["queue"])
+    assert cu.cuStreamWaitValue32_v2(native, word_dev, ctypes.c_uint(1), ctypes.c_uint(0)) == 0  # GEQ
+    b.write(pattern(n, 81), queue=q)  # held back behind the word
+    assert cu.cuStreamCreate(ctypes.byref(stream), 1) == 0  # CU_STREAM_NON_BLOCKING
+    pinned = ctypes.c_void_p()
+    done = []
+    exporter = threading.Thread(target=lambda: done.append(b.__dlpack__(stream=stream.value)))
+    exporter.start()
+    exporter.join(10)
+    returned = bool(done)
+    try:
+        assert returned, "__dlpack__(stream=...) waited on the host for ferry's queued work"
+        assert not q.query()  # still held back
+        # Into pinned memory the copy is queued and the call returns (into pageable
+        # memory it would return only once done, as CUDA's does).
+        assert cu.cuMemHostAlloc(ctypes.byref(pinned), ctypes.c_size_t(4 * n), 1) == 0
+        assert cu.cuMemcpyDtoHAsync_v2(pinned, ctypes.c_uint64(b.device_ptr), ctypes.c_size_t(4 * n), stream) == 0
+    finally:
+        gate[0] = 1
+        exporter.join()
+    assert cu.cuStreamSynchronize(stream) == 0
+    back = np.ctypeslib.as_array(ctypes.cast(pinned, ctypes.POINTER(ctypes.c_float)), shape=(n,)).copy()
+    assert cu.cuMemFreeHost(pinned) == 0
+    assert np.array_equal(back, pattern(n, 81))
+    q.synchronize()
+    with pytest.raises(ValueError, match="ambiguous"):
+        b.__dlpack__(stream=0)
+    b.write(pattern(n, 82), queue=q)
+    del done[:]
+    capsule = b.__dlpack__()  # None: the legacy stream waits
+    assert cu.cuStreamSynchronize(None) == 0
+    back2 = np.empty(n, dtype=np.float32)
+    dst = back2.ctypes.data_as(ctypes.c_void_p)
+    assert cu.cuMemcpyDtoH_v2(dst, ctypes.c_uint64(b.device_ptr), ctypes.c_size_t(back2.nbytes)) == 0
+    assert np.array_equal(back2, pattern(n, 82))
+    del capsule
+    assert cu.cuStreamDestroy_v2(stream) == 0
+    assert cu.cuMemFreeHost(word) == 0
+    assert cu.cuDevicePrimaryCtxRelease_v2(cudev) == 0
+    q.destroy()
+    b.free()
+
+
+@pytest.mark.skipif(not CUDA or fake_cuda() is None, reason="needs the fake CUDA driver (ctest python.cuda_fake)")
 def test_failure_raised_at_synchronize():
     """A device fault while work is queued is raised by the synchronisation."""
     cu = fake_cuda()

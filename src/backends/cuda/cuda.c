@@ -360,6 +360,20 @@ static ferry_status cuda_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_de
   return st;
 }
 
+/* The program's stream waits for a ticket (an event) of ferry's: DLPack's stream
+ * protocol, where the consumer's stream must wait for the producer's work. */
+static ferry_status cuda_native_wait(ferry_device *dev, ferry_ticket ticket, uintptr_t native_queue) {
+  ctx_scope scope;
+  ferry_status st = ctx_enter(dev, &scope);
+  if (st != FERRY_OK) return st;
+  cu_result r = API.cuStreamWaitEvent((cu_stream)native_queue, event_of(ticket), 0);
+  if (r != FCU_SUCCESS)
+    st = cu_fail(dev, r, "cuStreamWaitEvent (the program's stream %p waiting for ferry's queued work)",
+                 (void *)native_queue);
+  ctx_leave(&scope);
+  return st;
+}
+
 static ferry_status cuda_ticket_query(ferry_device *dev, ferry_ticket ticket) {
   ctx_scope scope;
   ferry_status st = ctx_enter(dev, &scope);
@@ -1032,6 +1046,7 @@ static const ferry_device_ops cuda_ops = {
     .lane_create = cuda_lane_create,
     .lane_destroy = cuda_lane_destroy,
     .lane_native = cuda_lane_native,
+    .native_wait = cuda_native_wait,
     .marker = cuda_marker,
     .lane_wait = cuda_lane_wait,
     .gate_create = cuda_gate_create,
