@@ -532,6 +532,17 @@ static void lent_memory(void) {
   free(mem);
 }
 
+/* A word of pinned memory mapped for the device, 0, that streams can wait on
+ * (cuStreamWaitValue32 on the address returned); they read it atomically, so
+ * the test writes it with __atomic_store_n. Freed with cuMemFreeHost(*host). */
+static cu_deviceptr gate_new(void **host) {
+  cu_deviceptr gate = 0;
+  CHECK(api->cuMemHostAlloc(host, 4096, FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP) == FCU_SUCCESS);
+  CHECK(api->cuMemHostGetDevicePointer(&gate, *host, 0) == FCU_SUCCESS);
+  if (*host) __atomic_store_n((uint32_t *)*host, 0, __ATOMIC_RELEASE);
+  return gate;
+}
+
 /* ---- staging belongs to operations ------------------------------------------------------ */
 
 typedef struct other_side {
@@ -562,11 +573,8 @@ static void staging_per_operation(void) {
   section("a staged transfer held on one queue does not hold back another queue's or thread's");
   CHECK(api->cuCtxSetCurrent(ctx_of(dev0)) == FCU_SUCCESS);
   void *gate_host = NULL;
-  cu_deviceptr gate = 0;
-  CHECK(api->cuMemHostAlloc(&gate_host, 4096, FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP) == FCU_SUCCESS);
-  CHECK(api->cuMemHostGetDevicePointer(&gate, gate_host, 0) == FCU_SUCCESS);
-  uint32_t *word = gate_host; /* the streams read it atomically: so does the test */
-  __atomic_store_n(word, 0, __ATOMIC_RELEASE);
+  cu_deviceptr gate = gate_new(&gate_host);
+  uint32_t *word = gate_host;
   const size_t bytes = (size_t)64 << 20; /* many pieces: more than a ring holds */
   ferry_queue held = FERRY_NULL_QUEUE;
   other_side o = {.bytes = bytes};
@@ -659,11 +667,8 @@ static void blocked_user_streams(void) {
   CHECK(api->cuCtxSetCurrent(ctx) == FCU_SUCCESS);
   /* A gate word the streams wait for, in pinned memory mapped for the device. */
   void *gate_host = NULL;
-  cu_deviceptr gate = 0;
-  CHECK(api->cuMemHostAlloc(&gate_host, 4096, FCU_MEMHOSTALLOC_PORTABLE | FCU_MEMHOSTALLOC_DEVICEMAP) == FCU_SUCCESS);
-  CHECK(api->cuMemHostGetDevicePointer(&gate, gate_host, 0) == FCU_SUCCESS);
-  uint32_t *word = gate_host; /* the streams read it atomically: so does the test */
-  __atomic_store_n(word, 0, __ATOMIC_RELEASE);
+  cu_deviceptr gate = gate_new(&gate_host);
+  uint32_t *word = gate_host;
   cu_stream blocking = NULL, nonblocking = NULL;
   CHECK(api->cuStreamCreate(&blocking, FCU_STREAM_DEFAULT) == FCU_SUCCESS);
   CHECK(api->cuStreamCreate(&nonblocking, FCU_STREAM_NON_BLOCKING) == FCU_SUCCESS);

@@ -72,14 +72,7 @@ ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const c
     return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
                        offset + bytes, slot->bytes);
   }
-  ferry_op op = {.kind = to_device ? FERRY_OP_WRITE : FERRY_OP_READ, .fn = fn, .bytes = bytes, .host = host};
-  if (to_device) {
-    op.dst = slot;
-    op.dst_offset = offset;
-  } else {
-    op.src = slot;
-    op.src_offset = offset;
-  }
+  ferry_op op = ferry__op_host_transfer(fn, to_device, slot, offset, host, bytes);
   st = ferry__run_now(&op);
   ferry__leave();
   return st;

@@ -412,6 +412,10 @@ ferry_status ferry__op_run(const ferry_op *op, ferry_lanes lanes);
  * devices it touches first, then the operation, complete on return. The
  * references of op are the caller's. */
 ferry_status ferry__run_now(ferry_op *op);
+/* A WRITE (to_device) or READ of [offset, offset + bytes) of `slot`, from or
+ * into `host`; the slot's reference is the caller's to give the operation. */
+ferry_op ferry__op_host_transfer(const char *fn, bool to_device, ferry_slot *slot, size_t offset, void *host,
+                                 size_t bytes);
 /* Drops the references an operation holds (its slots, its capture). */
 void ferry__op_release(ferry_op *op);
 /* Counts a completed WRITE, READ or COPY in the statistics. */

@@ -34,6 +34,19 @@ ferry_status ferry__op_failed(ferry_status st, const ferry_op *op) {
                      ferry__buffer_text(slot, a), ferry__error_text());
 }
 
+ferry_op ferry__op_host_transfer(const char *fn, bool to_device, ferry_slot *slot, size_t offset, void *host,
+                                 size_t bytes) {
+  ferry_op op = {.kind = to_device ? FERRY_OP_WRITE : FERRY_OP_READ, .fn = fn, .bytes = bytes, .host = host};
+  if (to_device) {
+    op.dst = slot;
+    op.dst_offset = offset;
+  } else {
+    op.src = slot;
+    op.src_offset = offset;
+  }
+  return op;
+}
+
 void ferry__op_release(ferry_op *op) {
   /* One reference each, also when they are the same buffer (acquired twice). */
   if (op->src) ferry__release(op->src);

@@ -320,14 +320,7 @@ static ferry_status host_async(const char *fn, ferry_queue queue, ferry_op_kind 
                        bytes);
     if (st == FERRY_OK) st = check_queue_device(fn, q, slot, NULL);
     if (st == FERRY_OK) {
-      ferry_op op = {.kind = kind, .fn = fn, .bytes = bytes, .host = host};
-      if (to_device) {
-        op.dst = slot;
-        op.dst_offset = offset;
-      } else {
-        op.src = slot;
-        op.src_offset = offset;
-      }
+      ferry_op op = ferry__op_host_transfer(fn, to_device, slot, offset, host, bytes);
       st = ferry__queue_submit(q, &op); /* takes the reference */
     } else {
       ferry__release(slot);
