@@ -54,6 +54,51 @@ def torch_consumes_ferry():
     assert ferry.live_exports() == 0
 
 
+def torch_stream_consumer():
+    """torch.from_dlpack on a stream of torch's own passes that stream to
+    __dlpack__: the stream waits on the device for ferry's queued write (256 MiB
+    from pageable memory, staged), and torch's sum on it sees every byte."""
+    import torch
+
+    dev = cuda_device()
+    n = 64 << 20
+    host = np.arange(n, dtype=np.float32) % 1024
+    buf = dev.alloc(n, np.float32)
+    buf.write(np.zeros(n, np.float32))
+    q = ferry.Queue(dev)
+    buf.write(host, queue=q)  # returns at once; ferry's queue moves the bytes
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        t = torch.from_dlpack(buf)  # __dlpack__(stream=s.cuda_stream)
+        total = t.sum(dtype=torch.float64)
+    s.synchronize()
+    assert float(total) == float(host.sum(dtype=np.float64)), (float(total), float(host.sum(dtype=np.float64)))
+    del t
+    q.destroy()
+    buf.free()
+
+
+def cupy_stream_consumer():
+    """The same with CuPy on a non-blocking stream of its own."""
+    import cupy
+
+    dev = cuda_device()
+    n = 64 << 20
+    host = np.arange(n, dtype=np.float32) % 1024
+    buf = dev.alloc(n, np.float32)
+    buf.write(np.zeros(n, np.float32))
+    q = ferry.Queue(dev)
+    buf.write(host, queue=q)
+    with cupy.cuda.Stream(non_blocking=True) as s:
+        c = cupy.from_dlpack(buf)  # __dlpack__(stream=s.ptr)
+        total = c.sum(dtype=cupy.float64)
+    s.synchronize()
+    assert float(total) == float(host.sum(dtype=np.float64))
+    del c
+    q.destroy()
+    buf.free()
+
+
 def ferry_consumes_torch():
     import torch
 
@@ -148,6 +193,8 @@ def main():
     check("ferry.from_dlpack(torch CUDA tensor), strided refused", ferry_consumes_torch)
     check("dtypes both ways (float16, int64, uint8, complex64, bool, bfloat16)", torch_dtypes)
     check("cupy.from_dlpack(ferry buffer) and back", cupy_both_ways)
+    check("torch on a stream of its own after ferry's queued write (__dlpack__(stream=))", torch_stream_consumer)
+    check("cupy on a non-blocking stream after ferry's queued write (__dlpack__(stream=))", cupy_stream_consumer)
     check("jax.dlpack.from_dlpack(ferry buffer) and back", jax_both_ways)
     return 1 if any(r.startswith("FAILED") for _, r in results) else 0
 
