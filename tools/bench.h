@@ -36,10 +36,12 @@ typedef enum bench_path {
   PATH_ZERO_COPY,  /* h2d + d2h on a ferry_alloc_zero_copy buffer's own array (synchronisation only) */
   PATH_D2D,        /* ferry_device_to_device between two buffers of the device */
   PATH_ASYNC,      /* ferry_write_async from ordinary memory on a queue: the submission alone (synchronised untimed) */
-  PATH_BOTH,       /* ferry_write_async on one queue + ferry_read_async on another at once, both synchronised */
-  PATH_ALLOC,      /* ferry_alloc + ferry_free (after the transfer paths: those before it share their memory) */
-  PATH_PEER,       /* ferry_device_to_device between two devices of a backend with a raw peer copy (cuda) */
-  PATH_CROSS,      /* ferry_device_to_device between two devices, against the raw d2h + h2d through host memory */
+  PATH_ASYNC_PINNED, /* the same from ferry_host_alloc memory */
+  PATH_BOTH,         /* ferry_write_async on one queue + ferry_read_async on another at once, both synchronised */
+  PATH_BOTH_PINNED,  /* the same from and into ferry_host_alloc memory */
+  PATH_ALLOC,        /* ferry_alloc + ferry_free (after the transfer paths: those before it share their memory) */
+  PATH_PEER,         /* ferry_device_to_device between two devices of a backend with a raw peer copy (cuda) */
+  PATH_CROSS,        /* ferry_device_to_device between two devices, against the raw d2h + h2d through host memory */
   PATH_COUNT
 } bench_path;
 #define PATH_DEVICE_COUNT PATH_PEER

@@ -46,10 +46,18 @@ const bench_path_desc bench_paths[PATH_COUNT] = {
                     "ferry_write_async from ordinary host memory on a queue of the device: microseconds to submit "
                     "one; the queue is synchronised after each sample, untimed, and a sample queues 64 MiB at most",
                     1, true, false, false},
+    [PATH_ASYNC_PINNED] = {"async-pinned", "async pinned",
+                           "ferry_write_async from ferry_host_alloc (pinned) memory on a queue of the device: "
+                           "microseconds to submit one, as write_async",
+                           1, true, false, false},
     [PATH_BOTH] = {"both", "h2d+d2h 2q",
                    "ferry_write_async on one queue of the device and ferry_read_async on a second at once, both "
                    "synchronised (bytes moved both ways per second)",
                    2, false, false, false},
+    [PATH_BOTH_PINNED] = {"both-pinned", "both pinned",
+                          "h2d+d2h 2q from and into two ferry_host_alloc (pinned) blocks (bytes moved both ways per "
+                          "second)",
+                          2, false, false, false},
     [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false,
                     false},
     [PATH_PEER] = {"peer", "peer",
@@ -138,12 +146,14 @@ const char *bench_raw_call(const bench_device *d, bench_path p, int way, char *b
     snprintf(buf, size, "%s", d2d);
     break;
   case PATH_ASYNC:
+  case PATH_ASYNC_PINNED:
     if (way || !r->h2d_async || !r->finish) return NULL;
-    snprintf(buf, size, "%s", r->h2d_async_name);
+    snprintf(buf, size, "%s%s", r->h2d_async_name, p == PATH_ASYNC_PINNED ? ", pinned" : "");
     break;
   case PATH_BOTH:
+  case PATH_BOTH_PINNED:
     if (way || !r->both) return NULL;
-    snprintf(buf, size, "%s", r->both_name);
+    snprintf(buf, size, "%s%s", r->both_name, p == PATH_BOTH_PINNED ? ", pinned" : "");
     break;
   case PATH_ALLOC:
     if (way || !r->alloc_free) return NULL;
@@ -260,7 +270,12 @@ typedef struct ctx {
   unsigned char *own;        /* the host-ptr / zero-copy buffer's array */
   ferry_buffer hb;           /* that buffer */
   ferry_queue q1, q2;        /* queues of the device: write_async's, and both's second (its reads) */
-  char err[1200];            /* the sentence of the last failure */
+  /* The host memory of the queue rows: src and dst, or pinned blocks for the
+   * pinned rows (ferry's, and the raw side's where its driver allocates them). */
+  unsigned char *qsrc, *qdst, *raw_qsrc, *raw_qdst;
+  unsigned char *pinned2, *raw_pinned2; /* the pinned rows' second blocks (their reads) */
+  bool raw_pinned2_own;
+  char err[1200]; /* the sentence of the last failure */
 } ctx;
 
 typedef int (*op_fn)(ctx *c);
@@ -333,7 +348,7 @@ static int f_d2d(ctx *c) {
   return st == FERRY_OK ? 0 : ferry_failed(c, st);
 }
 static int f_async(ctx *c) {
-  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->src, c->bytes);
+  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->qsrc, c->bytes);
   return st == FERRY_OK ? 0 : ferry_failed(c, st);
 }
 static int fs_async(ctx *c) {
@@ -344,10 +359,10 @@ static int f_async_once(ctx *c) { return settle_after(c, f_async, fs_async); }
 /* Both queues are synchronised even after a failure: nothing may still use src or
  * dst on return. The first failure is the one said. */
 static int f_both(ctx *c) {
-  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->src, c->bytes);
+  ferry_status st = ferry_write_async(c->q1, c->a, 0, c->qsrc, c->bytes);
   if (st != FERRY_OK) return ferry_failed(c, st);
   int rc = 0;
-  st = ferry_read_async(c->q2, c->b, 0, c->dst, c->bytes);
+  st = ferry_read_async(c->q2, c->b, 0, c->qdst, c->bytes);
   if (st != FERRY_OK) rc = ferry_failed(c, st);
   st = ferry_queue_synchronize(c->q1);
   if (st != FERRY_OK && rc == 0) rc = ferry_failed(c, st);
@@ -401,7 +416,7 @@ static int r_alloc(ctx *c) {
   return 0;
 }
 static int r_h2d_async(ctx *c) {
-  RAW(c->raw->h2d_async(c->rb, c->a, c->src, c->bytes), c->raw->h2d_async_name);
+  RAW(c->raw->h2d_async(c->rb, c->a, c->raw_qsrc, c->bytes), c->raw->h2d_async_name);
   return 0;
 }
 static int r_finish(ctx *c) {
@@ -410,7 +425,7 @@ static int r_finish(ctx *c) {
 }
 static int r_h2d_async_once(ctx *c) { return settle_after(c, r_h2d_async, r_finish); }
 static int r_both(ctx *c) {
-  RAW(c->raw->both(c->rb, c->a, c->src, c->b, c->dst, c->bytes), c->raw->both_name);
+  RAW(c->raw->both(c->rb, c->a, c->raw_qsrc, c->b, c->raw_qdst, c->bytes), c->raw->both_name);
   return 0;
 }
 static int a_h2d(ctx *c) {
@@ -561,20 +576,20 @@ static int verify_copy(ctx *c, op_fn op, const char *what) {
 
 /* Both directions at once: src into a, and b into dst. b is written first with bytes
  * of its own, kept in a block of the check's, so that a read that did nothing shows. */
-static int verify_both(ctx *c, op_fn op, const char *what) {
+static int verify_both(ctx *c, op_fn op, unsigned char *src, unsigned char *dst, const char *what) {
   char size[32], text[256];
   unsigned char *want = malloc(c->bytes);
   if (!want) return ctx_fail(c, "no host memory to check %s at %s", what, bench_size_text(c->bytes, size));
   int rc = -1;
   fill(want, c->bytes);
   if (write_through(c, c->b, want) == 0) {
-    fill(c->src, c->bytes);
-    memset(c->dst, 0xA5, c->bytes);
+    fill(src, c->bytes);
+    memset(dst, 0xA5, c->bytes);
     if (op(c) == 0) {
       snprintf(text, sizeof text, "%.200s (device to host)", what);
-      if (check_bytes(c, text, want, c->dst) == 0 && read_back(c, c->a, want) == 0) {
+      if (check_bytes(c, text, want, dst) == 0 && read_back(c, c->a, want) == 0) {
         snprintf(text, sizeof text, "%.200s (host to device)", what);
-        rc = check_bytes(c, text, c->src, want);
+        rc = check_bytes(c, text, src, want);
       }
     }
   }
@@ -608,9 +623,11 @@ static int vf_host_ptr(ctx *c) { return verify_sync(c, "the host-ptr buffer's sy
 static int vf_zero_copy(ctx *c) { return verify_sync(c, "the zero-copy buffer's synchronisation"); }
 static int vf_d2d(ctx *c) { return verify_copy(c, f_d2d, "ferry_device_to_device"); }
 static int vf_async(ctx *c) {
-  return verify_to_device(c, f_async_once, c->src, "ferry_write_async + ferry_queue_synchronize");
+  return verify_to_device(c, f_async_once, c->qsrc, "ferry_write_async + ferry_queue_synchronize");
 }
-static int vf_both(ctx *c) { return verify_both(c, f_both, "ferry_write_async + ferry_read_async on two queues"); }
+static int vf_both(ctx *c) {
+  return verify_both(c, f_both, c->qsrc, c->qdst, "ferry_write_async + ferry_read_async on two queues");
+}
 
 static int vr_h2d(ctx *c) { return verify_to_device(c, r_h2d, c->src, c->raw->h2d_name); }
 static int vr_d2h(ctx *c) { return verify_to_host(c, r_d2h, c->dst, c->raw->d2h_name); }
@@ -618,8 +635,8 @@ static int vr_h2d_pinned(ctx *c) { return verify_to_device(c, r_h2d_pinned, c->r
 static int vr_d2h_pinned(ctx *c) { return verify_to_host(c, r_d2h_pinned, c->raw_pinned, c->raw->d2h_name); }
 static int vr_roundtrip(ctx *c) { return verify_roundtrip_of(c, r_h2d, r_d2h, c->src, c->dst, "the raw h2d + d2h"); }
 static int vr_d2d(ctx *c) { return verify_copy(c, r_d2d, c->raw->d2d_name); }
-static int vr_h2d_async(ctx *c) { return verify_to_device(c, r_h2d_async_once, c->src, c->raw->h2d_async_name); }
-static int vr_both(ctx *c) { return verify_both(c, r_both, c->raw->both_name); }
+static int vr_h2d_async(ctx *c) { return verify_to_device(c, r_h2d_async_once, c->raw_qsrc, c->raw->h2d_async_name); }
+static int vr_both(ctx *c) { return verify_both(c, r_both, c->raw_qsrc, c->raw_qdst, c->raw->both_name); }
 static int vr_peer(ctx *c) { return verify_copy(c, r_peer, c->raw->peer_name); }
 static int vr_cross(ctx *c) { return verify_copy(c, r_cross, "the raw copy between devices"); }
 /* On memory of a baseline's own, the second way's bytes start and end there. */
@@ -697,14 +714,16 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
       [PATH_ZERO_COPY] = {r_roundtrip, vr_roundtrip, a_roundtrip, va_roundtrip, NULL},
       [PATH_D2D] = {r_d2d, vr_d2d, a_d2d, va_d2d, NULL},
       [PATH_ASYNC] = {r_h2d_async, vr_h2d_async, NULL, NULL, r_finish},
+      [PATH_ASYNC_PINNED] = {r_h2d_async, vr_h2d_async, NULL, NULL, r_finish},
       [PATH_BOTH] = {r_both, vr_both, NULL, NULL, NULL},
+      [PATH_BOTH_PINNED] = {r_both, vr_both, NULL, NULL, NULL},
       [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL, NULL},
   };
   int n = 0;
   if (!c->raw) return 0;
   if (p == PATH_ALLOC && !c->raw->alloc_free) return 0;
-  if (p == PATH_ASYNC && (!c->raw->h2d_async || !c->raw->finish)) return 0;
-  if (p == PATH_BOTH && !c->raw->both) return 0;
+  if ((p == PATH_ASYNC || p == PATH_ASYNC_PINNED) && (!c->raw->h2d_async || !c->raw->finish)) return 0;
+  if ((p == PATH_BOTH || p == PATH_BOTH_PINNED) && !c->raw->both) return 0;
   out[n++] = (way){table[p].op, table[p].verify, 0, table[p].settle};
   bool alt = c->d->alt && table[p].alt && (p != PATH_D2D || c->raw->d2d_alt);
   if (alt) out[n++] = (way){table[p].alt, table[p].alt_verify, 1, NULL};
@@ -726,10 +745,10 @@ static int time_ops(op_fn op, op_fn settle, ctx *c, long n, double *out) {
   return settle ? settle(c) : 0;
 }
 
-/* The most calls in one sample: write_async's queue at most ASYNC_QUEUED_MAX bytes
+/* The most calls in one sample: write_async's (pinned or not) queue at most ASYNC_QUEUED_MAX bytes
  * (and at least one call). */
 static long max_ops(const bench_row *row) {
-  if (row->path != PATH_ASYNC) return MAX_INNER;
+  if (row->path != PATH_ASYNC && row->path != PATH_ASYNC_PINNED) return MAX_INNER;
   size_t k = ASYNC_QUEUED_MAX / row->bytes;
   if (k < 1) k = 1;
   return k < (size_t)MAX_INNER ? (long)k : MAX_INNER;
@@ -1015,30 +1034,79 @@ static void run_with_second(bench_run *run, ctx *c, bench_row *row, op_fn fop, o
 
 static void device_step(const bench_device *d, const char *what, size_t bytes);
 
-/* write_async and both, on two queues of the device made for this size (the second
- * only for both) and destroyed after: a failure to make one fails the rows that
- * need it. */
+/* The pinned queue rows' blocks: the first (their writes') as the pinned rows',
+ * and, with `second`, another for their reads (ferry's, and the raw side's where
+ * its driver allocates pinned memory; else it uses ferry's). */
+static int queue_pinned_open(ctx *c, bool second) {
+  if (pinned_open(c)) return -1;
+  if (!second) return 0;
+  void *p = NULL;
+  ferry_status st = ferry_host_alloc(c->d->dev, c->bytes, &p);
+  if (st != FERRY_OK) {
+    int rc = ferry_failed(c, st);
+    pinned_close(c);
+    return rc;
+  }
+  c->pinned2 = p;
+  memset(c->pinned2, 0x33, c->bytes);
+  c->raw_pinned2 = c->pinned2;
+  c->raw_pinned2_own = false;
+  if (c->raw_pinned_own) {
+    void *q = c->raw->host_alloc(c->rb, c->bytes);
+    if (q) {
+      c->raw_pinned2 = q;
+      c->raw_pinned2_own = true;
+      memset(c->raw_pinned2, 0x44, c->bytes);
+    }
+  }
+  return 0;
+}
+
+static void queue_pinned_close(ctx *c) {
+  if (c->raw_pinned2_own) c->raw->host_free(c->rb, c->raw_pinned2);
+  if (c->pinned2) ferry_host_free(c->pinned2);
+  c->pinned2 = c->raw_pinned2 = NULL;
+  c->raw_pinned2_own = false;
+  pinned_close(c);
+}
+
+/* The queue rows (write_async and both, from ordinary and from pinned memory), on
+ * two queues of the device made for this size (the second only for both) and
+ * destroyed after: a failure to make one, or the pinned blocks, fails the rows
+ * that need it. */
 static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const bool *go) {
   bench_device *d = c->d;
   ferry_queue q[2] = {FERRY_NULL_QUEUE, FERRY_NULL_QUEUE};
-  int want = go[PATH_BOTH] ? 2 : 1, made = 0;
+  int want = go[PATH_BOTH] || go[PATH_BOTH_PINNED] ? 2 : 1, made = 0;
   ferry_status st = FERRY_OK;
   while (made < want && (st = ferry_queue_create(d->dev, &q[made])) == FERRY_OK)
     made++;
-  char text[1200] = "";
+  char text[1200] = "", pinned_text[1200] = "";
   if (st != FERRY_OK)
     snprintf(text, sizeof text, "creating %s queue of the device: %s (%s)", made ? "a second" : "a", ferry_last_error(),
              ferry_status_name(st));
+  bool pinned_wanted = go[PATH_ASYNC_PINNED] || go[PATH_BOTH_PINNED], pinned_ok = false;
+  if (pinned_wanted) {
+    pinned_ok = queue_pinned_open(c, go[PATH_BOTH_PINNED]) == 0;
+    if (!pinned_ok) snprintf(pinned_text, sizeof pinned_text, "the pinned blocks: %.1100s", c->err);
+  }
   c->q1 = q[0];
   c->q2 = q[1];
   bench_row *last = NULL;
-  for (int p = PATH_ASYNC; p <= PATH_BOTH; p++) {
+  for (int p = PATH_ASYNC; p <= PATH_BOTH_PINNED; p++) {
     if (!go[p]) continue;
+    bool pinned = p == PATH_ASYNC_PINNED || p == PATH_BOTH_PINNED, two = p == PATH_BOTH || p == PATH_BOTH_PINNED;
     device_step(d, bench_paths[p].label, c->bytes);
-    if (made < (p == PATH_BOTH ? 2 : 1)) {
+    if (made < (two ? 2 : 1)) {
       row_fail(run, c, rows[p], text);
+    } else if (pinned && !pinned_ok) {
+      row_fail(run, c, rows[p], pinned_text);
     } else {
-      if (p == PATH_ASYNC)
+      c->qsrc = pinned ? c->pinned : c->src;
+      c->qdst = pinned ? c->pinned2 : c->dst;
+      c->raw_qsrc = pinned ? c->raw_pinned : c->src;
+      c->raw_qdst = pinned ? c->raw_pinned2 : c->dst;
+      if (!two)
         run_device_path(run, c, rows[p], f_async, fs_async, vf_async);
       else
         run_with_second(run, c, rows[p], f_both, vf_both);
@@ -1053,7 +1121,9 @@ static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const boo
       row_fail(run, c, last, text);
     }
   }
+  if (pinned_ok) queue_pinned_close(c);
   c->q1 = c->q2 = FERRY_NULL_QUEUE;
+  c->qsrc = c->qdst = c->raw_qsrc = c->raw_qdst = NULL;
 }
 
 /* ---- a device ---------------------------------------------------------------------- */
@@ -1205,7 +1275,8 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
         device_step(d, bench_paths[PATH_D2D].label, bytes);
         run_with_second(run, &c, rows[PATH_D2D], f_d2d, vf_d2d);
       }
-      if (go[PATH_ASYNC] || go[PATH_BOTH]) run_queues(run, &c, rows, go);
+      if (go[PATH_ASYNC] || go[PATH_ASYNC_PINNED] || go[PATH_BOTH] || go[PATH_BOTH_PINNED])
+        run_queues(run, &c, rows, go);
       ferry_free(c.a);
     }
     free(c.src);

@@ -39,11 +39,12 @@ typedef struct style {
  * the queue rows take two of Paul Tol's muted colours (wine, olive), chosen under the same rule,
  * as Okabe-Ito's last one (yellow) is too pale on white. */
 static const style styles[PATH_DEVICE_COUNT] = {
-    [PATH_H2D] = {"#0072B2", "circle"},       [PATH_D2H] = {"#D55E00", "square"},
-    [PATH_H2D_PINNED] = {"#56B4E9", "up"},    [PATH_D2H_PINNED] = {"#E69F00", "down"},
-    [PATH_HOST_PTR] = {"#009E73", "diamond"}, [PATH_ZERO_COPY] = {"#CC79A7", "hexagon"},
-    [PATH_D2D] = {"#1f1f1f", "star"},         [PATH_ASYNC] = {"#882255", "pentagon"},
-    [PATH_BOTH] = {"#999933", "cross"},       [PATH_ALLOC] = {"#8a8a8a", "circle"},
+    [PATH_H2D] = {"#0072B2", "circle"},        [PATH_D2H] = {"#D55E00", "square"},
+    [PATH_H2D_PINNED] = {"#56B4E9", "up"},     [PATH_D2H_PINNED] = {"#E69F00", "down"},
+    [PATH_HOST_PTR] = {"#009E73", "diamond"},  [PATH_ZERO_COPY] = {"#CC79A7", "hexagon"},
+    [PATH_D2D] = {"#1f1f1f", "star"},          [PATH_ASYNC] = {"#882255", "pentagon"},
+    [PATH_BOTH] = {"#999933", "cross"},        [PATH_ALLOC] = {"#8a8a8a", "circle"},
+    [PATH_ASYNC_PINNED] = {"#882255", "down"}, [PATH_BOTH_PINNED] = {"#999933", "up"},
 };
 /* Copies between devices, one style per pair, in turn. */
 static const style pair_styles[] = {

@@ -264,11 +264,13 @@ static void capabilities(const bench_device *d, char *buf, size_t size) {
 static bool way_calls(const bench_run *run, const bench_device *d, int way, char *buf, size_t size) {
   size_t used = (size_t)snprintf(buf, size, "%s:", bench_raw_tag(d->raw, way));
   static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ASYNC, PATH_BOTH, PATH_ALLOC};
+  /* The pinned queue rows make the calls of their ordinary rows (named there). */
   bool any = false;
   for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
     bench_path p = shown[k];
     bool measured =
-        run->opt.paths[p] ||
+        run->opt.paths[p] || (p == PATH_ASYNC && run->opt.paths[PATH_ASYNC_PINNED]) ||
+        (p == PATH_BOTH && run->opt.paths[PATH_BOTH_PINNED]) ||
         (p == PATH_H2D &&
          (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_HOST_PTR] || run->opt.paths[PATH_ZERO_COPY])) ||
         (p == PATH_D2H &&
@@ -319,8 +321,8 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
       wrapped(f, 2, first ? "raw ways:" : "", 9, line);
       first = false;
     }
-    if (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_D2H_PINNED] || run->opt.paths[PATH_HOST_PTR] ||
-        run->opt.paths[PATH_ZERO_COPY])
+    if (run->opt.paths[PATH_H2D_PINNED] || run->opt.paths[PATH_D2H_PINNED] || run->opt.paths[PATH_ASYNC_PINNED] ||
+        run->opt.paths[PATH_BOTH_PINNED] || run->opt.paths[PATH_HOST_PTR] || run->opt.paths[PATH_ZERO_COPY])
       wrapped(f, 2, "", 9,
               d->raw->host_alloc ? "pinned rows: the same calls with the driver's pinned memory; sync rows: h2d, "
                                    "then d2h"
