@@ -494,6 +494,9 @@ static void lent_memory(void) {
   CHECK_STATUS(ferry__companion_lend(p + 1, 4096, &session), FERRY_ERROR_INVALID_ARGUMENT);
   CHECK_ERROR_HAS("page-aligned");
   CHECK_STATUS(ferry__companion_lend(p, 0, &session), FERRY_ERROR_INVALID_ARGUMENT);
+  /* A last page only partly the lender's would be pinned under the next heap block. */
+  CHECK_STATUS(ferry__companion_lend(p, 4097, &session), FERRY_ERROR_INVALID_ARGUMENT);
+  CHECK_ERROR_HAS("whole pages");
   CHECK(session == 0);
   fake_cuda_counts before = counts();
   CHECK_OK(ferry__companion_lend(p, bytes, &session));

@@ -79,7 +79,7 @@ FERRY_API ferry_status ferry__companion_unmap(const ferry_companion_hold *hold, 
  * work as ferry_queue_synchronize would. */
 FERRY_API ferry_status ferry__companion_native_wait(ferry_device *device, uintptr_t native_queue, const char *fn);
 
-/* Lends [ptr, ptr + bytes) of the companion's own page-aligned host memory (its
+/* Lends [ptr, ptr + bytes) of the companion's own host memory, whole pages (its
  * staging) to ferry's registry of pinned memory for this session: a transfer
  * between it and a device DMAs directly (the device's driver registers it at the
  * first one, where it can) instead of staging. ferry never frees it; the lend

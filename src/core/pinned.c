@@ -210,6 +210,14 @@ ferry_status ferry__pinned_lend(void *ptr, size_t bytes) {
   if (!ptr || bytes == 0 || (start & (PAGE - 1)) != 0 || span < bytes || start > UINTPTR_MAX - span)
     return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%zu bytes at %p cannot be lent: a page-aligned range is needed",
                        bytes, ptr);
+  /* Devices pin whole pages: the part of a last page past `bytes` would be
+   * pinned too, under memory the lender does not own (the next heap block,
+   * whose transfers a driver then refuses: a range partly registered). */
+  if (span != bytes)
+    return ferry__fail(FERRY_ERROR_INVALID_ARGUMENT,
+                       "%zu bytes at %p cannot be lent: devices pin whole pages, so the range must be whole pages "
+                       "(a multiple of %zu bytes) that the lender owns",
+                       bytes, ptr, PAGE);
   pinned_block *b = malloc(sizeof *b);
   if (!b) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a pinned block");
   *b = (pinned_block){.start = start, .bytes = bytes, .span = span, .base = ptr, .base_bytes = span, .lent = true};

@@ -330,10 +330,14 @@ static char *block_get(size_t n) {
   }
   pthread_mutex_unlock(&pool_lock);
   if (!p) {
+    /* Whole pages: a device pins whole pages of what is lent, and a last page
+     * shared with the next heap block would be pinned under it. */
     void *base = NULL;
-    if (n > SIZE_MAX - BLOCK_HEAD || posix_memalign(&base, BLOCK_HEAD, BLOCK_HEAD + n) != 0) return NULL;
+    if (n > SIZE_MAX - 2 * BLOCK_HEAD) return NULL;
+    size_t whole = (n + BLOCK_HEAD - 1) & ~(BLOCK_HEAD - 1);
+    if (posix_memalign(&base, BLOCK_HEAD, BLOCK_HEAD + whole) != 0) return NULL;
     p = (char *)base + BLOCK_HEAD;
-    *info_of(p) = (block_info){.size = n};
+    *info_of(p) = (block_info){.size = whole};
   }
   lend(p);
   return p;
