@@ -147,6 +147,20 @@ ferry_status ferry_event_destroy(ferry_event event) {
   return st;
 }
 
+ferry_status ferry__queue_mark(ferry_queue_obj *q, const char *fn, ferry_capture **out) {
+  ferry_capture *c = ferry__capture_new(q);
+  if (!c) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for an event's capture", fn);
+  ferry__capture_ref(c); /* the marker's */
+  ferry_op op = {.kind = FERRY_OP_MARKER, .fn = fn, .capture = c};
+  ferry_status st = ferry__queue_submit(q, &op);
+  if (st != FERRY_OK) {
+    ferry__capture_unref(c);
+    return st;
+  }
+  *out = c;
+  return FERRY_OK;
+}
+
 ferry_status ferry_event_record(ferry_event event, ferry_queue queue) {
   static const char fn[] = "ferry_event_record";
   ferry_status st = ferry__enter(fn);
@@ -158,21 +172,13 @@ ferry_status ferry_event_record(ferry_event event, ferry_queue queue) {
     return st;
   }
   if ((st = ferry__queue_acquire(queue, fn, &q)) == FERRY_OK) {
-    ferry_capture *c = ferry__capture_new(q);
-    if (!c) {
-      st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for an event's capture", fn);
-    } else {
-      ferry__capture_ref(c); /* the marker's */
-      ferry_op op = {.kind = FERRY_OP_MARKER, .fn = fn, .capture = c};
-      if ((st = ferry__queue_submit(q, &op)) == FERRY_OK) {
-        pthread_mutex_lock(&ev->lock);
-        ferry_capture *old = ev->capture;
-        ev->capture = c;
-        pthread_mutex_unlock(&ev->lock);
-        ferry__capture_unref(old);
-      } else {
-        ferry__capture_unref(c);
-      }
+    ferry_capture *c = NULL;
+    if ((st = ferry__queue_mark(q, fn, &c)) == FERRY_OK) {
+      pthread_mutex_lock(&ev->lock);
+      ferry_capture *old = ev->capture;
+      ev->capture = c;
+      pthread_mutex_unlock(&ev->lock);
+      ferry__capture_unref(old);
     }
     ferry__queue_unref(q);
   }

@@ -1167,21 +1167,16 @@ ferry_status ferry__queues_native_wait(ferry_device *dev, uintptr_t native_queue
     bool on_host = !dev->ops->native_wait || atomic_load(&q->failing);
     ferry_capture *c = NULL;
     if (!on_host && !ferry__queue_poll_seq(q, 0)) {
-      /* A marker of everything submitted: on a lane it is pushed at once, its
-       * ticket behind every earlier operation's device work (staged pieces wait
-       * on the device for the queue's thread). */
-      if (!(c = ferry__capture_new(q))) {
-        st = ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a marker of %s's queue", fn, dev->label);
-      } else {
-        ferry__capture_ref(c); /* the marker's */
-        ferry_op op = {.kind = FERRY_OP_MARKER, .fn = fn, .capture = c};
-        st = ferry__queue_submit(q, &op);
-        ferry_ticket t = st == FERRY_OK ? atomic_load_explicit(&c->ticket, memory_order_acquire) : 0;
-        if (st == FERRY_OK && !t) on_host = true; /* not pushed yet (the queue's thread pushes it): wait here */
+      /* A marker of everything submitted: its ticket is behind every earlier
+       * operation's device work (staged pieces wait on the device for the
+       * queue's thread). */
+      if ((st = ferry__queue_mark(q, fn, &c)) == FERRY_OK) {
+        ferry_ticket t = atomic_load_explicit(&c->ticket, memory_order_acquire);
+        if (!t) on_host = true; /* not pushed yet (the queue's thread pushes it): wait here */
         if (t && (st = dev->ops->native_wait(dev, t, native_queue)) == FERRY_ERROR_UNSUPPORTED) {
           on_host = true;
           st = FERRY_OK;
-        } else if (st != FERRY_OK && t) {
+        } else if (st != FERRY_OK) {
           ferry__fail(st, "%s: %s", fn, ferry__error_text());
         }
       }

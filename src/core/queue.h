@@ -106,6 +106,11 @@ ferry_status ferry__queue_report(ferry_queue_obj *q, const char *fn, uint64_t se
 void ferry__queue_ref(ferry_queue_obj *q);
 
 ferry_capture *ferry__capture_new(ferry_queue_obj *q);
+/* Submits a marker of everything submitted to q so far; *out is its capture,
+ * with a reference of the caller's (ferry_event_record's, and DLPack's stream
+ * wait). On a lane the marker is pushed at once unless the queue's thread
+ * pushes its work (then the capture's ticket comes later). */
+ferry_status ferry__queue_mark(ferry_queue_obj *q, const char *fn, ferry_capture **out);
 void ferry__capture_ref(ferry_capture *c);
 
 #endif

@@ -357,6 +357,20 @@ static ferry_status dma_through_temp(ferry_device *dev, ferry_dma_dir dir, ferry
                                     : ferry__metal_read(dev, mem, offset, host, bytes);
 }
 
+/* Commits `op` and makes the ticket that tracks it, described by `what`. */
+static ferry_status ticket_start(ferry_device *dev, metal_dma what, const blit_op *op, ferry_ticket *out) {
+  metal_dma *dma = malloc(sizeof *dma);
+  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a blit on %s", dev->label);
+  *dma = what;
+  ferry_status st = blit_start(dev, op, 1, &dma->command_buffer);
+  if (st != FERRY_OK) {
+    free(dma);
+    return st;
+  }
+  *out = (ferry_ticket)(uintptr_t)dma;
+  return FERRY_OK;
+}
+
 ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
                                     const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
   *out = 0;
@@ -373,18 +387,11 @@ ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_
   if (head) st = dma_through_temp(dev, dir, mem, mem_offset, p, head);
   if (st == FERRY_OK && tail) st = dma_through_temp(dev, dir, mem, mem_offset + bytes - tail, p + bytes - tail, tail);
   if (st != FERRY_OK || middle == 0) return st;
-  metal_dma *dma = malloc(sizeof *dma);
-  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a blit on %s", dev->label);
-  *dma = (metal_dma){.dir = dir, .fill = -1, .mem_offset = mem_offset + head, .bytes = middle};
   size_t at = host->offset + head;
   blit_op op = dir == FERRY_DMA_TO_DEVICE ? copy_op(pinned, at, buffer_of(mem), mem_offset + head, middle)
                                           : copy_op(buffer_of(mem), mem_offset + head, pinned, at, middle);
-  if ((st = blit_start(dev, &op, 1, &dma->command_buffer)) != FERRY_OK) {
-    free(dma);
-    return st;
-  }
-  *out = (ferry_ticket)(uintptr_t)dma;
-  return FERRY_OK;
+  return ticket_start(dev, (metal_dma){.dir = dir, .fill = -1, .mem_offset = mem_offset + head, .bytes = middle}, &op,
+                      out);
 }
 
 ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
@@ -433,14 +440,8 @@ ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_
   if (head) st = ferry__metal_write(dev, mem, offset, edge, head);
   if (st == FERRY_OK && tail) st = ferry__metal_write(dev, mem, offset + bytes - tail, edge, tail);
   if (st != FERRY_OK || middle == 0) return st;
-  metal_dma *dma = malloc(sizeof *dma);
-  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a fill on %s", dev->label);
-  *dma = (metal_dma){.dir = FERRY_DMA_TO_DEVICE, .fill = p[0], .mem_offset = offset + head, .bytes = middle};
   blit_op op = {.dst = buffer_of(mem), .dst_offset = offset + head, .bytes = middle, .fill = true, .value = p[0]};
-  if ((st = blit_start(dev, &op, 1, &dma->command_buffer)) != FERRY_OK) {
-    free(dma);
-    return st;
-  }
-  *out = (ferry_ticket)(uintptr_t)dma;
-  return FERRY_OK;
+  return ticket_start(
+      dev, (metal_dma){.dir = FERRY_DMA_TO_DEVICE, .fill = p[0], .mem_offset = offset + head, .bytes = middle}, &op,
+      out);
 }
