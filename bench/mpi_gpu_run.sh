@@ -49,7 +49,7 @@ run() { # name, args...
   local name=$1
   shift
   echo "== $name: ferry-mpi-bench $*"
-  timeout 300 mpirun -n 2 -x FERRY_BACKENDS -x OCL_ICD_VENDORS -x FERRY_DEBUG "$B/ferry-mpi-bench" "$@" \
+  timeout 300 mpirun -n 2 -x FERRY_BACKENDS -x OCL_ICD_VENDORS -x FERRY_DEBUG -x FERRY_MPI_PIECE "$B/ferry-mpi-bench" "$@" \
     --json "$OUT/$name.json" || echo "($name ended with status $?)"
 }
 # 256 MiB: -i 50 leaves 10 timed iterations for bw and bibw and 5 for allreduce,
@@ -65,5 +65,32 @@ if [ -n "$OCL" ]; then
   run opencl_big bw allreduce -m 256M:256M -W 4 -i 50 -x 20 -r 5 -d "$OCL"
 else
   echo "== no NVIDIA OpenCL device listed"
+fi
+if [ -n "${SWEEP:-}" ]; then
+  # Where the staged CUDA path's time goes: the piece each sender stages
+  # (FERRY_MPI_PIECE), and the two ranks' contexts on the one GPU, which without
+  # MPS take turns on it (a context switch per piece each way).
+  for p in 1M 16M 64M; do
+    FERRY_MPI_PIECE=$p run "cuda_piece_$p" bw -m 256M:256M -W 4 -i 50 -x 20 -r 3 -d 0
+  done
+  FERRY_DEBUG=engine timeout 60 mpirun -n 2 -x FERRY_BACKENDS -x OCL_ICD_VENDORS -x FERRY_DEBUG "$B/ferry-mpi-bench" \
+    bw -m 256M:256M -W 4 -i 5 -x 1 -r 1 -d 0 2>&1 | grep -v "^#" | head -20
+  if command -v nvidia-cuda-mps-control >/dev/null; then
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    if nvidia-cuda-mps-control -d; then
+      echo "== MPS daemon started"
+      run cuda_mps bw -m 256M:256M -W 4 -i 50 -x 20 -r 3 -d 0
+      FERRY_MPI_PIECE=16M run cuda_mps_16M bw -m 256M:256M -W 4 -i 50 -x 20 -r 3 -d 0
+      run cuda_mps_lat latency -m 8:8 -r 3 -d 0
+      echo quit | nvidia-cuda-mps-control
+      cat "$CUDA_MPS_LOG_DIRECTORY"/control.log 2>/dev/null | tail -5
+    else
+      echo "== MPS daemon did not start"
+    fi
+    unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  else
+    echo "== no nvidia-cuda-mps-control"
+  fi
 fi
 echo "== done"

@@ -48,6 +48,7 @@ static const variable_case cases[] = {
      {"0", "65", "-2", "two", "4K"},
      {"out of range", "out of range", "negative", "not a whole number", "not a whole number"}},
     {"FERRY_MPI_CUDA_AWARE", "1", {"2", "yes"}, {"neither 0 nor 1", "neither 0 nor 1"}},
+    {"FERRY_MPI_PIECE", "16M", {"4K", "2G", "x"}, {"out of range", "out of range", "not a byte count"}},
     {"FERRY_CUDA_LIBRARY", "libcuda.so.1", {NULL}, {NULL}},
     {"FERRY_CUDA_H2D", "bounce", {"fast", "STREAM", "stream,bounce"}, {"not one of", "not one of", "not one of"}},
     {"FERRY_CUDA_PEER", "0", {"2", "yes", "-1"}, {"neither 0 nor 1", "neither 0 nor 1", "neither 0 nor 1"}},

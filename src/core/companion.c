@@ -28,6 +28,7 @@ ferry_status ferry__companion_hold(ferry_buffer buffer, const char *fn, ferry_co
                                   .session = session,
                                   .host = slot->mem.host,
                                   .device = slot->device,
+                                  .lanes = slot->device->ops->lane_create != NULL,
                                   .kind = slot->kind,
                                   .elem_size = slot->elem_size,
                                   .length = slot->length,
@@ -74,6 +75,31 @@ ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const c
   }
   ferry_op op = ferry__op_host_transfer(fn, to_device, slot, offset, host, bytes);
   st = ferry__run_now(&op);
+  ferry__leave();
+  return st;
+}
+
+ferry_status ferry__companion_transfer_async(const ferry_companion_hold *hold, const char *fn, ferry_queue queue,
+                                             bool to_device, size_t offset, void *host, size_t bytes) {
+  ferry_slot *slot;
+  ferry_status st = held(hold, fn, &slot);
+  if (st != FERRY_OK) return st;
+  ferry_queue_obj *q = NULL;
+  if (offset > slot->bytes || bytes > slot->bytes - offset) {
+    st = ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
+                     offset + bytes, slot->bytes);
+  } else if ((st = ferry__queue_acquire(queue, fn, &q)) == FERRY_OK) {
+    if (ferry__queue_device(q) != slot->device) {
+      char text[512];
+      st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: the queue is one of %s, but %s is on another device", fn,
+                       ferry__queue_device(q)->label, ferry__buffer_text(slot, text));
+    } else if ((st = ferry__queue_settle_default(slot->device, fn)) == FERRY_OK) { /* as the public calls */
+      ferry__slot_ref(slot); /* the queue's, released when the transfer retires */
+      ferry_op op = ferry__op_host_transfer(fn, to_device, slot, offset, host, bytes);
+      st = ferry__queue_submit(q, &op);
+    }
+    ferry__queue_unref(q);
+  }
   ferry__leave();
   return st;
 }

@@ -42,6 +42,7 @@ typedef struct ferry_companion_hold {
   uint64_t session;
   void *host;           /* the bytes as host memory the CPU may read and write at any time, or NULL */
   ferry_device *device; /* its device */
+  bool lanes;           /* its device's queues run transfers on the device's own queues (DMA), not on threads */
   ferry_kind kind;
   size_t elem_size, length, bytes;
 } ferry_companion_hold;
@@ -55,6 +56,14 @@ FERRY_API void ferry__companion_release(ferry_companion_hold *hold);
  * queue's work as the public calls. */
 FERRY_API ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const char *fn, bool to_device,
                                                  size_t offset, void *host, size_t bytes);
+/* The same on `queue`, a queue of the buffer's device that the companion made
+ * (ferry_queue_create): submitted in the queue's order, as ferry_write_async and
+ * ferry_read_async, whether or not the program has freed the buffer; `host`
+ * must stay until the queue's work is done (ferry_event_record on it, or
+ * ferry_queue_synchronize, say when). */
+FERRY_API ferry_status ferry__companion_transfer_async(const ferry_companion_hold *hold, const char *fn,
+                                                       ferry_queue queue, bool to_device, size_t offset, void *host,
+                                                       size_t bytes);
 
 /* [offset, offset + bytes) of the held buffer as host memory without a copy,
  * in *out until ferry__companion_unmap: read only, or (`write`) written too.

@@ -157,6 +157,8 @@ static ferry_status slot_finish(ferry_slot *slot, uint32_t index) {
   return st;
 }
 
+void ferry__slot_ref(ferry_slot *slot) { atomic_fetch_add_explicit(&slot->state, 1, memory_order_relaxed); }
+
 void ferry__release(ferry_slot *slot) {
   uint64_t prev = atomic_fetch_sub_explicit(&slot->state, 1, memory_order_acq_rel);
   if (state_refs(prev) == 1) {

@@ -338,6 +338,9 @@ ferry_status ferry__acquire(ferry_buffer b, const char *fn, ferry_slot **out_slo
 /* Like ferry__acquire without an error sentence (the info functions). */
 ferry_slot *ferry__peek(ferry_buffer b);
 void ferry__release(ferry_slot *slot);
+/* Takes another reference on a slot that the caller holds one on already (a
+ * companion's hold, whose buffer may have been freed meanwhile). */
+void ferry__slot_ref(ferry_slot *slot);
 /* Drops the owner's reference and marks the handle stale; the memory goes back
  * when the last reference is dropped. */
 ferry_status ferry__retire(ferry_buffer b, const char *fn);

@@ -70,6 +70,13 @@ static const ferry_option_def core_options[] = {
      .description = "libferry_mpi: 1 hands CUDA buffers' device memory to MPI (an MPI built CUDA-aware), 0 moves "
                     "them through host memory (default: what MPIX_Query_cuda_support says where the MPI has it, "
                     "else 0)"},
+    {.name = "FERRY_MPI_PIECE",
+     .type = FERRY_OPTION_BYTES,
+     .min = (uint64_t)64 << 10,
+     .max = (uint64_t)1 << 30,
+     .range = "64K to 1G bytes; suffixes K, M, G, T",
+     .description = "libferry_mpi: bytes of each MPI message of a large message a sender moves through host memory "
+                    "piece by piece (default 4M; the receiver follows the sender's)"},
     {.name = NULL},
 };
 

@@ -39,6 +39,7 @@
 #include <unistd.h>
 
 #define PIECE        ((size_t)4 << 20)  /* bytes of one MPI message of a large ferry message staged by its sender */
+#define MIN_PIECE    ((size_t)64 << 10) /* the least FERRY_MPI_PIECE (and a header's piece) may be */
 #define WHOLE_PIECE  ((size_t)1 << 30)  /* the same when the sender has every byte in host memory at once */
 #define INLINE_MAX   ((size_t)32 << 10) /* messages up to this many bytes travel inside their header */
 #define DEPTH        3                  /* pieces in flight in a blocking transfer through host memory */
@@ -143,6 +144,13 @@ static ferry_status device_part(const char *fn, const ferry_companion_hold *h, b
  * piece by piece uses PIECE. The header says which. */
 static size_t pieces_of(size_t total, size_t piece) { return (total + piece - 1) / piece; }
 
+/* The piece of a message its sender stages: FERRY_MPI_PIECE, else PIECE. The
+ * header carries it, so a receiver follows whatever its sender chose. */
+static size_t staged_piece(void) {
+  uint64_t v = 0;
+  return ferry__companion_option("FERRY_MPI_PIECE", &v) ? (size_t)v : PIECE;
+}
+
 static size_t piece_len(size_t total, size_t piece, size_t k) {
   return total - k * piece < piece ? total - k * piece : piece;
 }
@@ -193,7 +201,10 @@ typedef struct request {
   void *mapped;         /* the range mapped without a copy (ferry__companion_map), until the request ends */
   bool device_memory;   /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
   header hd;            /* a receive's, once matched */
-  size_t landed;        /* a receive through staging: the pieces written to the device so far */
+  size_t landed;        /* a receive through staging: the pieces written to the device so far (or started) */
+  struct mover *mv;     /* the device's part on a queue of its own (movers, below), or NULL */
+  bool mv_failed;       /* its work failed: it is not kept */
+  bool mv_done;         /* a receive's writes have all completed */
   ferry_status result;  /* REQ_FAILED's status, or the first failure of a request that goes on */
   char why[600];        /* REQ_FAILED's sentence, set on whichever thread matched it */
   uint64_t missed;      /* the last matching pass in which it found nothing */
@@ -370,6 +381,106 @@ static void block_put(char *p) {
 
 static char *staging_get(request *q, size_t n) { return q->staging = block_get(n); }
 
+/* ---- movers: the device's part on a queue of its own ---------------------------------- *
+ *
+ * A transfer through host memory moves each piece between the device and its
+ * staging on a ferry queue of its own, a mover, so that the device's DMA of one
+ * piece runs while MPI moves others and the calling thread drives MPI instead of
+ * waiting for the device: a non-blocking receive writes each piece as it
+ * arrives and waits only at the end; a send keeps the device's reads ahead of
+ * MPI's sends; a blocking receive writes a piece while the next ones arrive. A
+ * request takes a mover for its lifetime (its order and its failures are its
+ * own); movers are kept per device for the next requests, as making a queue
+ * costs a driver object (a CUDA stream). A mover whose work failed is
+ * destroyed, not kept. Where no mover can be made, the device's part is
+ * synchronous, as before. */
+#define MOVER_EVENTS 4 /* pieces a mover may have in flight, each with its event */
+#define MOVERS_KEPT  8
+
+typedef struct mover {
+  ferry_device *dev;
+  uint64_t session; /* the ferry session its handles belong to */
+  ferry_queue queue;
+  ferry_event ev[MOVER_EVENTS];
+} mover;
+
+static pthread_mutex_t movers_lock = PTHREAD_MUTEX_INITIALIZER;
+static mover *movers[MOVERS_KEPT];
+static int movers_kept;
+
+static void mover_free(mover *m) {
+  if (!m) return;
+  if (m->session == ferry__companion_session()) { /* else ferry_shutdown ended them */
+    for (int i = 0; i < MOVER_EVENTS; i++)
+      if (m->ev[i].id) ferry_event_destroy(m->ev[i]);
+    if (m->queue.id) ferry_queue_destroy(m->queue);
+  }
+  free(m);
+}
+
+/* A mover of the held buffer's device, kept or new; NULL where the device's
+ * queues have no lanes of their own (a queue's transfers would run on a thread
+ * that competes with MPI's for the processors, for nothing) or none can be made
+ * (the sentence is not kept): the caller moves synchronously then. */
+static mover *mover_get(const ferry_companion_hold *h) {
+  if (!h->lanes) return NULL;
+  ferry_device *dev = h->device;
+  uint64_t session = ferry__companion_session();
+  mover *m = NULL, *stale[MOVERS_KEPT];
+  int nstale = 0;
+  pthread_mutex_lock(&movers_lock);
+  for (int i = movers_kept - 1; i >= 0; i--) {
+    if (movers[i]->session != session) {
+      stale[nstale++] = movers[i];
+    } else if (!m && movers[i]->dev == dev) {
+      m = movers[i];
+    } else {
+      continue;
+    }
+    movers[i] = movers[--movers_kept];
+  }
+  pthread_mutex_unlock(&movers_lock);
+  for (int i = 0; i < nstale; i++)
+    mover_free(stale[i]);
+  if (m) return m;
+  if (!(m = calloc(1, sizeof *m))) return NULL;
+  m->dev = dev;
+  m->session = session;
+  ferry_status st = ferry_queue_create(dev, &m->queue);
+  for (int i = 0; i < MOVER_EVENTS && st == FERRY_OK; i++)
+    st = ferry_event_create(&m->ev[i]);
+  if (st != FERRY_OK) {
+    mover_free(m);
+    return NULL;
+  }
+  return m;
+}
+
+/* Gives a mover back once its queue is idle: kept when its work succeeded
+ * (`failed` false, and there is room), else destroyed. */
+static void mover_put(mover *m, bool failed) {
+  if (!m) return;
+  bool keep = ferry_queue_synchronize(m->queue) == FERRY_OK && !failed && m->session == ferry__companion_session();
+  if (keep) {
+    pthread_mutex_lock(&movers_lock);
+    if (movers_kept < MOVERS_KEPT) {
+      movers[movers_kept++] = m;
+      m = NULL;
+    }
+    pthread_mutex_unlock(&movers_lock);
+  }
+  mover_free(m);
+}
+
+/* Starts the move of [offset, offset + n) of the held buffer to or from `at` on
+ * the mover, the piece's completion recorded in event `e`. */
+static ferry_status mover_start(mover *m, const char *fn, const ferry_companion_hold *h, bool to_device, size_t offset,
+                                void *at, size_t n, int e) {
+  ferry_status st = ferry__companion_transfer_async(h, fn, m->queue, to_device, offset, at, n);
+  if (st == FERRY_OK && e >= 0) st = ferry_event_record(m->ev[e], m->queue);
+  return st;
+}
+
 /* Does MPI move CUDA device memory itself? FERRY_MPI_CUDA_AWARE says, else
  * MPIX_Query_cuda_support where the MPI has it (asked at run time whatever
  * MPIX_CUDA_AWARE_SUPPORT said at build time: the library that runs may be
@@ -429,6 +540,7 @@ static void request_free(request *q) {
   ferry__companion_release(&q->hold);
   free(q->reqs);
   free(q->head);
+  mover_put(q->mv, q->mv_failed); /* its DMA into or out of the staging ends first */
   block_put(q->staging);
   free(q);
 }
@@ -536,7 +648,7 @@ static bool parse_head(const char *head, int len, header *out) {
   memcpy(out, head, sizeof *out);
   if (out->magic != HEADER_MAGIC || out->version != 1) return false;
   return out->piece == 0 ? (size_t)len == sizeof(header) + out->total
-                         : (out->piece == PIECE || out->piece == WHOLE_PIECE) && (size_t)len == sizeof(header) &&
+                         : out->piece >= MIN_PIECE && out->piece <= WHOLE_PIECE && (size_t)len == sizeof(header) &&
                                out->total > INLINE_MAX;
 }
 
@@ -559,6 +671,7 @@ static void drain(const header *hd, int source, int tag, MPI_Comm comm) {
 static void post_pieces(request *q) {
   size_t n = pieces_of(q->hd.total, q->hd.piece);
   char *to = q->hold.host ? (char *)q->hold.host + q->offset : q->mapped;
+  if (!to && !q->mv) q->mv = mover_get(&q->hold);
   if (!(q->reqs = malloc((n + 1) * sizeof *q->reqs)) || (!to && !(to = staging_get(q, q->hd.total)))) {
     drain(&q->hd, q->peer, q->tag, q->comm);
     refuse(q, FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to receive %llu bytes", q->fn,
@@ -630,7 +743,7 @@ static bool match(request *q) {
     q->state = REQ_INLINE;
   } else if (map_range(q, q->hd.total, true)) {
     post_pieces(q);
-  } else if (q->stream && q->hd.piece == PIECE) {
+  } else if (q->stream && q->hd.piece < WHOLE_PIECE) {
     if (stream_add(q->comm, false, q->peer, q->tag)) {
       q->state = REQ_STREAM;
     } else {
@@ -710,7 +823,7 @@ static ferry_status make_head(request *q, bool staged, int *out_len) {
                    .version = 1,
                    .total = q->bytes,
                    .piece = inline_bytes ? 0
-                            : staged     ? PIECE
+                            : staged     ? staged_piece()
                                          : WHOLE_PIECE};
   memcpy(head, &q->hd, sizeof q->hd);
   ferry_status st =
@@ -780,23 +893,38 @@ static ferry_status post_send(request *q, int head_len, const char *from) {
   return FERRY_OK;
 }
 
-/* The pieces of q's message through host memory (DEPTH slots of PIECE bytes,
+/* The pieces of q's message through host memory (DEPTH slots of a piece each,
  * allocated before the header went), each read from the device while the ones
- * before it are sent; then the trailer. The stream is marked. */
+ * before it are sent (on q's mover, the next piece's read starting before this
+ * one is posted); then the trailer. The stream is marked. */
 static ferry_status send_stream(request *q, char *slot[DEPTH]) {
-  size_t n = pieces_of(q->bytes, PIECE);
+  size_t piece = q->hd.piece, n = pieces_of(q->bytes, piece), started = 0;
   ferry_status st = FERRY_OK, device_st = FERRY_OK;
   int rc = MPI_SUCCESS;
   MPI_Request r[DEPTH];
   for (int d = 0; d < DEPTH; d++)
     r[d] = MPI_REQUEST_NULL;
+  mover *m = q->mv;
   /* Every piece goes out even when the device could not give it (the receiver
    * expects them all); the trailer then says so. */
   for (size_t k = 0; k < n; k++) {
     int d = (int)(k % DEPTH);
-    if ((rc = wait_all(1, &r[d])) != MPI_SUCCESS) break;
-    size_t len = piece_len(q->bytes, PIECE, k);
-    if (device_st == FERRY_OK) device_st = device_part(q->fn, &q->hold, false, q->offset + k * PIECE, slot[d], len);
+    size_t len = piece_len(q->bytes, piece, k);
+    if (m) {
+      /* Reads of pieces k and k + 1, each into its slot once the slot's send is done. */
+      for (; rc == MPI_SUCCESS && device_st == FERRY_OK && started < n && started <= k + 1; started++) {
+        int ds = (int)(started % DEPTH);
+        if ((rc = wait_all(1, &r[ds])) == MPI_SUCCESS)
+          device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, slot[ds],
+                                  piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
+      }
+      if (rc == MPI_SUCCESS && device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[k % MOVER_EVENTS]);
+      if (device_st != FERRY_OK) q->mv_failed = true;
+    }
+    if (rc == MPI_SUCCESS) rc = wait_all(1, &r[d]);
+    if (rc != MPI_SUCCESS) break;
+    if (!m && device_st == FERRY_OK)
+      device_st = device_part(q->fn, &q->hold, false, q->offset + k * piece, slot[d], len);
     if ((rc = MPI_Isend(slot[d], (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &r[d])) != MPI_SUCCESS) break;
   }
   if (rc != MPI_SUCCESS) st = mpi_failed(q->fn, "MPI_Isend", rc);
@@ -819,18 +947,29 @@ static ferry_status send_stream(request *q, char *slot[DEPTH]) {
  * give it (the receiver expects them all): the trailer says so, and the failure
  * is kept for the wait, as an MPI failure here is. */
 static void send_staged(request *q, int head_len) {
-  size_t n = pieces_of(q->bytes, PIECE);
+  size_t piece = q->hd.piece, n = pieces_of(q->bytes, piece), started = 0;
   ferry_status device_st = FERRY_OK;
   int rc = MPI_SUCCESS;
+  mover *m = q->mv = mover_get(&q->hold);
   for (size_t k = 0; k < n && rc == MPI_SUCCESS; k++) {
-    size_t len = piece_len(q->bytes, PIECE, k);
-    char *at = q->staging + k * PIECE;
-    if (device_st == FERRY_OK &&
-        (device_st = device_part(q->fn, &q->hold, false, q->offset + k * PIECE, at, len)) != FERRY_OK)
-      keep_failure(q, device_st);
+    size_t len = piece_len(q->bytes, piece, k);
+    char *at = q->staging + k * piece;
+    if (device_st == FERRY_OK && m) {
+      /* The reads of the next pieces run while this one is posted. */
+      for (; device_st == FERRY_OK && started < n && started < k + MOVER_EVENTS; started++)
+        device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, q->staging + started * piece,
+                                piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
+      if (device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[k % MOVER_EVENTS]);
+      q->mv_failed = device_st != FERRY_OK;
+    } else if (device_st == FERRY_OK) {
+      device_st = device_part(q->fn, &q->hold, false, q->offset + k * piece, at, len);
+    }
+    if (device_st != FERRY_OK) keep_failure(q, device_st);
     if ((rc = MPI_Isend(at, (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
       q->nreqs++;
   }
+  mover_put(m, q->mv_failed); /* its reads are done, or failed */
+  q->mv = NULL;
   int64_t word = device_st;
   memcpy(q->head + head_len, &word, sizeof word);
   if (rc == MPI_SUCCESS &&
@@ -863,12 +1002,15 @@ ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int d
   bool pieces = bytes > INLINE_MAX, stream = pieces && !direct;
   char *slot[DEPTH] = {0};
   int head_len = 0;
+  size_t piece = staged_piece();
+  if (piece > bytes) piece = bytes;
   for (int d = 0; stream && d < DEPTH && st == FERRY_OK; d++)
-    if (!(slot[d] = block_get(PIECE)))
-      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, PIECE);
+    if (!(slot[d] = block_get(piece)))
+      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, piece);
   if (st == FERRY_OK) st = make_head(q, stream, &head_len);
   if (st == FERRY_OK) st = post_send(q, head_len, stream ? NULL : direct ? direct : q->head);
   if (st == FERRY_OK && stream) {
+    q->mv = mover_get(&h);
     st = send_stream(q, slot);
     int rc = wait_all(1, &q->reqs[0]);
     if (rc != MPI_SUCCESS && st == FERRY_OK) st = mpi_failed(fn, "MPI_Wait", rc);
@@ -878,6 +1020,8 @@ ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int d
   }
   ferry_status unmapped = unmap_range(q);
   if (st == FERRY_OK) st = unmapped;
+  mover_put(q->mv, q->mv_failed); /* its reads into the slots end first */
+  q->mv = NULL;
   for (int d = 0; d < DEPTH; d++)
     block_put(slot[d]);
   request_free(q);
@@ -967,32 +1111,41 @@ static ferry_status recv_start(const char *fn, ferry_buffer buf, size_t offset, 
  * device while k+1.. arrive; then the trailer. The stream is marked. */
 static ferry_status recv_stream(request *q) {
   const char *fn = q->fn;
-  size_t n = pieces_of(q->hd.total, PIECE);
+  size_t piece = q->hd.piece, n = pieces_of(q->hd.total, piece), slot_bytes = piece < q->hd.total ? piece : q->hd.total;
   ferry_status st = FERRY_OK, device_st = FERRY_OK;
   char *slot[DEPTH] = {0};
   MPI_Request r[DEPTH];
   for (int d = 0; d < DEPTH; d++)
     r[d] = MPI_REQUEST_NULL;
   for (int d = 0; d < DEPTH && st == FERRY_OK; d++)
-    if (!(slot[d] = block_get(PIECE)))
-      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, PIECE);
+    if (!(slot[d] = block_get(slot_bytes)))
+      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, slot_bytes);
   if (st != FERRY_OK) {
     drain(&q->hd, q->peer, q->tag, q->comm);
   } else {
     int rc = MPI_SUCCESS;
     for (size_t k = 0; k < n && k < DEPTH && rc == MPI_SUCCESS; k++)
-      rc = MPI_Irecv(slot[k], (int)piece_len(q->hd.total, PIECE, k), MPI_BYTE, q->peer, q->tag, q->comm, &r[k]);
+      rc = MPI_Irecv(slot[k], (int)piece_len(q->hd.total, piece, k), MPI_BYTE, q->peer, q->tag, q->comm, &r[k]);
     /* A device failure keeps receiving (the sender must not be left waiting) and
-     * is returned at the end. */
+     * is returned at the end. With a mover, piece k's write runs while k + 1
+     * arrives, and a slot takes its next piece once its write is done. */
+    mover *m = q->mv = mover_get(&q->hold);
     for (size_t k = 0; k < n && rc == MPI_SUCCESS; k++) {
       int d = (int)(k % DEPTH);
       if ((rc = wait_all(1, &r[d])) != MPI_SUCCESS) break;
+      size_t len = piece_len(q->hd.total, piece, k);
       if (device_st == FERRY_OK)
-        device_st = device_part(fn, &q->hold, true, q->offset + k * PIECE, slot[d], piece_len(q->hd.total, PIECE, k));
-      if (k + DEPTH < n)
-        rc = MPI_Irecv(slot[d], (int)piece_len(q->hd.total, PIECE, k + DEPTH), MPI_BYTE, q->peer, q->tag, q->comm,
-                       &r[d]);
+        device_st = m ? mover_start(m, fn, &q->hold, true, q->offset + k * piece, slot[d], len, (int)(k % MOVER_EVENTS))
+                      : device_part(fn, &q->hold, true, q->offset + k * piece, slot[d], len);
+      size_t again = m ? k - 1 : k; /* the piece whose slot takes its next one now */
+      if (m && k == 0) continue;
+      if (m && device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[again % MOVER_EVENTS]);
+      if (again + DEPTH < n)
+        rc = MPI_Irecv(slot[again % DEPTH], (int)piece_len(q->hd.total, piece, again + DEPTH), MPI_BYTE, q->peer,
+                       q->tag, q->comm, &r[again % DEPTH]);
     }
+    if (m && device_st == FERRY_OK && n > 0) device_st = ferry_event_synchronize(m->ev[(n - 1) % MOVER_EVENTS]);
+    q->mv_failed = device_st != FERRY_OK;
     int64_t word = 0;
     MPI_Request tr = MPI_REQUEST_NULL;
     if (rc == MPI_SUCCESS && (rc = MPI_Irecv(&word, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &tr)) == MPI_SUCCESS)
@@ -1004,16 +1157,19 @@ static ferry_status recv_stream(request *q) {
       st = trailer_status(fn, word, q->peer);
     }
   }
+  mover_put(q->mv, q->mv_failed); /* its writes out of the slots end first */
+  q->mv = NULL;
   for (int d = 0; d < DEPTH; d++)
     block_put(slot[d]);
   stream_end(q->comm, false, q->peer, q->tag);
   return st != FERRY_OK ? st : device_st;
 }
 
-/* A receive through staging: each piece written to the device as soon as it
- * has arrived (MPI completes a channel's messages in order), while the later
- * ones arrive; waiting for them, or (`wait` false) as far as they have come.
- * A device failure is kept, and the pieces are still received. MPI's status. */
+/* A receive through staging: each piece's write to the device started as soon
+ * as it has arrived (MPI completes a channel's messages in order), on the
+ * request's mover where it has one, while the later ones arrive; waiting for
+ * them, or (`wait` false) as far as they have come. A device failure is kept,
+ * and the pieces are still received. MPI's status. */
 static int land(request *q, bool wait) {
   size_t n = pieces_of(q->hd.total, q->hd.piece);
   while (q->landed < n) {
@@ -1021,11 +1177,14 @@ static int land(request *q, bool wait) {
         rc = wait ? wait_all(1, &q->reqs[q->landed]) : MPI_Test(&q->reqs[q->landed], &flag, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return rc;
     if (!flag) break;
-    size_t k = q->landed++, len = piece_len(q->hd.total, q->hd.piece, k);
+    size_t k = q->landed++, len = piece_len(q->hd.total, q->hd.piece, k), at = k * q->hd.piece;
     if (q->result == FERRY_OK) {
-      ferry_status st =
-          device_part(q->fn, &q->hold, true, q->offset + k * q->hd.piece, q->staging + k * q->hd.piece, len);
-      if (st != FERRY_OK) keep_failure(q, st);
+      ferry_status st = q->mv ? mover_start(q->mv, q->fn, &q->hold, true, q->offset + at, q->staging + at, len, -1)
+                              : device_part(q->fn, &q->hold, true, q->offset + at, q->staging + at, len);
+      if (st != FERRY_OK) {
+        keep_failure(q, st);
+        q->mv_failed = q->mv != NULL;
+      }
     }
   }
   return MPI_SUCCESS;
@@ -1059,12 +1218,23 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
       return mpi_failed(fn, wait ? "MPI_Waitall" : "MPI_Testall", rc);
     }
     if (!wait && !flag) return FERRY_OK;
+    if (q->state == REQ_PIECES && q->staging) {
+      land(q, false); /* every piece is in: the ones a test found late */
+      if (q->mv && !q->mv_done) {
+        ferry_status moved = wait ? ferry_queue_synchronize(q->mv->queue) : ferry_queue_query(q->mv->queue);
+        if (moved == FERRY_NOT_READY) return FERRY_OK;
+        q->mv_done = true;
+        if (moved != FERRY_OK) {
+          keep_failure(q, moved);
+          q->mv_failed = true;
+        }
+      }
+    }
     *done = true;
     if (q->state == REQ_SEND) {
       ferry_status unmapped = unmap_range(q);
       return q->result != FERRY_OK ? ferry__companion_fail(q->result, "%s", q->why) : unmapped;
     }
-    if (q->staging) land(q, false); /* every piece is in: the ones a test found late */
     int64_t word;
     memcpy(&word, q->head + HEAD_ROOM, sizeof word);
     st = trailer_status(fn, word, q->peer);

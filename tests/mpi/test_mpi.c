@@ -23,6 +23,7 @@
 #include "ferry_mpi.h"
 #include "harness.h"
 
+#include <dlfcn.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -243,6 +244,70 @@ static void two_pending(ferry_device *dev) {
     CHECK_OK(ferry_free(a));
     CHECK_OK(ferry_free(b));
   }
+}
+
+/* A device that fails mid-message, through the fake CUDA driver's injected
+ * failures (a real driver cannot be made to fail on purpose): the sender's
+ * read of its second piece, then the receiver's write of its second piece,
+ * each with non-blocking and blocking calls. The failing side returns the
+ * driver's failure, the other side learns of a sender's (the trailer) and is
+ * not left waiting, and a message after it goes through whole. */
+static void device_failures(ferry_device *dev) {
+  typedef int (*inject_fn)(const char *function, int result, int skip, int times);
+  inject_fn inject = NULL;
+  const char *lib = getenv("FERRY_CUDA_LIBRARY"), *aware = getenv("FERRY_MPI_CUDA_AWARE");
+  /* Through host memory only: a CUDA-aware MPI moves the device memory itself. */
+  bool staged = strcmp(backend_of(dev), "cuda") == 0 && !(aware && strcmp(aware, "1") == 0);
+  void *handle = lib && *lib && staged ? dlopen(lib, RTLD_NOW) : NULL;
+  if (handle) *(void **)&inject = dlsym(handle, "fake_cuda_inject");
+  int have = inject != NULL, all = 0;
+  MPI_Allreduce(&have, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (all) {
+    harness_context = "a device failing mid-message (fake CUDA)";
+    size_t n = 3 * PIECE + 5;
+    for (int round = 0; round < 4; round++) {
+      bool sender_fails = round < 2, blocking = round % 2 == 1;
+      ferry_buffer b = me == 0 ? pattern_buffer(dev, n, 40 + (uint32_t)round) : sentinel_buffer(dev, n);
+      MPI_Barrier(MPI_COMM_WORLD);
+      if (me == (sender_fails ? 0 : 1))
+        CHECK(inject(sender_fails ? "cuMemcpyDtoHAsync_v2" : "cuMemcpyHtoDAsync_v2", 1, 1, 1) == 0);
+      ferry_status st;
+      if (me == 0) {
+        ferry_mpi_request r;
+        st = blocking ? ferry_mpi_send(b, 0, n, 1, 30 + round, MPI_COMM_WORLD)
+                      : ferry_mpi_isend(b, 0, n, 1, 30 + round, MPI_COMM_WORLD, &r);
+        if (!blocking && st == FERRY_OK) st = ferry_mpi_wait(r, MPI_STATUS_IGNORE);
+      } else {
+        ferry_mpi_request r;
+        st = blocking ? ferry_mpi_recv(b, 0, n, 0, 30 + round, MPI_COMM_WORLD, MPI_STATUS_IGNORE)
+                      : ferry_mpi_irecv(b, 0, n, 0, 30 + round, MPI_COMM_WORLD, &r);
+        if (!blocking && st == FERRY_OK) st = ferry_mpi_wait(r, MPI_STATUS_IGNORE);
+      }
+      const char *call = me == 0 ? (blocking ? "ferry_mpi_send" : "ferry_mpi_isend + wait")
+                                 : (blocking ? "ferry_mpi_recv" : "ferry_mpi_irecv + wait");
+      bool fails_here = me == (sender_fails ? 0 : 1);
+      if (fails_here || (me == 1 && sender_fails)) {
+        CHECK_MSG(st == FERRY_ERROR_BACKEND, "rank %d: %s with the %s's device failing gave %s, expected %s", me, call,
+                  sender_fails ? "sender" : "receiver", ferry_status_name(st), ferry_status_name(FERRY_ERROR_BACKEND));
+        if (me == 1 && sender_fails)
+          CHECK_MSG(strstr(ferry_last_error(), "could not read its buffer") != NULL,
+                    "rank 1: the sentence does not say the sender's read failed: %s", ferry_last_error());
+      } else {
+        CHECK_MSG(st == FERRY_OK, "rank %d: %s with the other rank's device failing gave %s: %s", me, call,
+                  ferry_status_name(st), ferry_last_error());
+      }
+      inject(NULL, 0, 0, 0);
+      /* The next message, whole. */
+      if (me == 0)
+        CHECK_OK(ferry_mpi_send(b, 0, n, 1, 40 + round, MPI_COMM_WORLD));
+      else {
+        CHECK_OK(ferry_mpi_recv(b, 0, n, 0, 40 + round, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+        expect(b, 0, n, 40 + (uint32_t)round, "a message after a device failure");
+      }
+      CHECK_OK(ferry_free(b));
+    }
+  }
+  if (handle) dlclose(handle);
 }
 
 /* ---- every rank ------------------------------------------------------------------------------- */
@@ -513,6 +578,7 @@ int main(int argc, char **argv) {
     too_long(dev);
     freed_meanwhile(dev);
     two_pending(dev);
+    device_failures(dev);
   }
   ring(dev);
   broadcast(dev);

@@ -29,7 +29,7 @@
 #include <stddef.h>
 
 #define FERRY_PY_CAPI_NAME    "ferry._ferry._C_API"
-#define FERRY_PY_CAPI_VERSION 3
+#define FERRY_PY_CAPI_VERSION 4
 
 typedef struct ferry_py_capi {
   int version; /* FERRY_PY_CAPI_VERSION */
@@ -50,6 +50,8 @@ typedef struct ferry_py_capi {
   ferry_status (*companion_lend)(void *ptr, size_t bytes, uint64_t *out_session);
   void (*companion_take_back)(void *ptr, uint64_t session);
   uint64_t (*companion_session)(void);
+  ferry_status (*companion_transfer_async)(const ferry_companion_hold *hold, const char *fn, ferry_queue queue,
+                                           bool to_device, size_t offset, void *host, size_t bytes);
 
   /* libferry's public functions (include/ferry.h). */
   size_t (*device_count)(void);
@@ -58,6 +60,14 @@ typedef struct ferry_py_capi {
   const char *(*kind_name)(ferry_kind kind);
   const char *(*status_name)(ferry_status status);
   const char *(*last_error)(void);
+  ferry_status (*queue_create)(ferry_device *device, ferry_queue *out);
+  ferry_status (*queue_destroy)(ferry_queue queue);
+  ferry_status (*queue_synchronize)(ferry_queue queue);
+  ferry_status (*queue_query)(ferry_queue queue);
+  ferry_status (*event_create)(ferry_event *out);
+  ferry_status (*event_destroy)(ferry_event event);
+  ferry_status (*event_record)(ferry_event event, ferry_queue queue);
+  ferry_status (*event_synchronize)(ferry_event event);
 
   /* ferry._ferry's own, with the GIL. */
   /* The handle of a live ferry.Buffer: 0; else a Python exception set

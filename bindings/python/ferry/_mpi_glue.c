@@ -67,6 +67,11 @@ ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const c
   return ferry__py_capi->companion_transfer(hold, fn, to_device, offset, host, bytes);
 }
 
+ferry_status ferry__companion_transfer_async(const ferry_companion_hold *hold, const char *fn, ferry_queue queue,
+                                             bool to_device, size_t offset, void *host, size_t bytes) {
+  return ferry__py_capi->companion_transfer_async(hold, fn, queue, to_device, offset, host, bytes);
+}
+
 ferry_status ferry__companion_map(const ferry_companion_hold *hold, const char *fn, size_t offset, size_t bytes,
                                   bool write, void **out) {
   return ferry__py_capi->companion_map(hold, fn, offset, bytes, write, out);
@@ -91,3 +96,23 @@ const char *ferry_kind_name(ferry_kind k) { return ferry__py_capi->kind_name(k);
 const char *ferry_status_name(ferry_status s) { return ferry__py_capi->status_name(s); }
 
 const char *ferry_last_error(void) { return ferry__py_capi->last_error(); }
+
+ferry_status ferry_queue_create(ferry_device *device, ferry_queue *out_queue) {
+  return ferry__py_capi->queue_create(device, out_queue);
+}
+
+ferry_status ferry_queue_destroy(ferry_queue queue) { return ferry__py_capi->queue_destroy(queue); }
+
+ferry_status ferry_queue_synchronize(ferry_queue queue) { return ferry__py_capi->queue_synchronize(queue); }
+
+ferry_status ferry_queue_query(ferry_queue queue) { return ferry__py_capi->queue_query(queue); }
+
+ferry_status ferry_event_create(ferry_event *out_event) { return ferry__py_capi->event_create(out_event); }
+
+ferry_status ferry_event_destroy(ferry_event event) { return ferry__py_capi->event_destroy(event); }
+
+ferry_status ferry_event_record(ferry_event event, ferry_queue queue) {
+  return ferry__py_capi->event_record(event, queue);
+}
+
+ferry_status ferry_event_synchronize(ferry_event event) { return ferry__py_capi->event_synchronize(event); }
