@@ -289,7 +289,7 @@ static bool raw_queues(ferry_device *dev, const raw_cl_driver *api, cl_command_q
   if (ferry_device_native(dev, &nat) != FERRY_OK) return false;
   for (int i = 0; i < 2; i++) {
     cl_int err = CL_SUCCESS;
-    out[i] = raw_cl_queue_create(api, (cl_context)nat.context, (cl_device_id)nat.device, &err);
+    out[i] = raw_cl_queue_create(api, (cl_context)nat.context, (cl_device_id)nat.device, false, &err);
     if (!out[i]) {
       fprintf(stderr, "bench_opencl: no in-order queue of the raw baseline's own: OpenCL error %d\n", (int)err);
       if (i == 1) api->clReleaseCommandQueue(out[0]);

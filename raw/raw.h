@@ -87,6 +87,12 @@ typedef struct raw_ops {
    * return. */
   const char *both_name;
   int (*both)(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst, size_t bytes);
+  /* One copy of `bytes` from `src` (pinned memory) into `dst` between two of the
+   * driver's events on a queue of the baseline's own, complete on return;
+   * *out_seconds the time between the events by the driver's clock
+   * (cuEventElapsedTime). */
+  const char *h2d_elapsed_name;
+  int (*h2d_elapsed)(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes, double *out_seconds);
 } raw_ops;
 
 /* The raw calls for a backend by name ("native", "cuda", ...); NULL if none. */

@@ -13,6 +13,8 @@
  *   h2d_async   cuMemcpyHtoDAsync_v2 on the legacy stream; finish: cuStreamSynchronize of it
  *   both        cuMemcpyHtoDAsync_v2 and cuMemcpyDtoHAsync_v2 on two non-blocking streams of
  *               the baseline's own, then cuStreamSynchronize of each
+ *   elapsed     cuEventRecord, cuMemcpyHtoDAsync_v2, cuEventRecord on a non-blocking stream of
+ *               the baseline's own, cuEventSynchronize, cuEventElapsedTime_v2
  */
 #include "raw_cuda.h"
 #include "raw.h"
@@ -23,8 +25,10 @@
 struct raw_baseline {
   const raw_cuda_driver *api;
   cu_context ctx;
-  cu_stream up, down; /* both's streams, made at its first call */
+  cu_stream up, down; /* both's streams, made at its first call; elapsed's stream is up */
   cu_result streams_error;
+  cu_event start, stop; /* elapsed's, made at its first call */
+  cu_result events_error;
 };
 
 const raw_cuda_driver *raw_cuda_driver_load(char why[256]) {
@@ -84,6 +88,8 @@ static raw_baseline *cuda_open(ferry_device *dev, char why[256]) {
 
 static void cuda_close(raw_baseline *raw) {
   if (current(raw) == 0) {
+    if (raw->start) (void)raw->api->cuEventDestroy(raw->start);
+    if (raw->stop) (void)raw->api->cuEventDestroy(raw->stop);
     if (raw->up) (void)raw->api->cuStreamDestroy(raw->up);
     if (raw->down) (void)raw->api->cuStreamDestroy(raw->down);
   }
@@ -131,19 +137,48 @@ static int cuda_finish(raw_baseline *raw) {
  * copy on a non-blocking stream of its own (CU_STREAM_NON_BLOCKING: neither waits
  * for the legacy stream), then each stream synchronised. From pageable memory
  * the driver stages the bytes itself, as it does for one direction. */
-static int cuda_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst,
-                     size_t bytes) {
-  if (current(raw)) return -1;
+/* The baseline's two non-blocking streams, made at the first call that needs them. */
+static cu_result streams(raw_baseline *raw) {
   if (!raw->up && !raw->streams_error) {
     raw->streams_error = raw->api->cuStreamCreate(&raw->up, FCU_STREAM_NON_BLOCKING);
     if (!raw->streams_error) raw->streams_error = raw->api->cuStreamCreate(&raw->down, FCU_STREAM_NON_BLOCKING);
   }
-  if (raw->streams_error) return (int)raw->streams_error;
+  return raw->streams_error;
+}
+
+static int cuda_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst,
+                     size_t bytes) {
+  if (current(raw)) return -1;
+  if (streams(raw)) return (int)raw->streams_error;
   cu_result r = raw->api->cuMemcpyHtoDAsync((cu_deviceptr)ferry_device_ptr(dst_buf), src, bytes, raw->up);
   if (r == FCU_SUCCESS) r = raw->api->cuMemcpyDtoHAsync(dst, (cu_deviceptr)ferry_device_ptr(src_buf), bytes, raw->down);
   cu_result first = raw->api->cuStreamSynchronize(raw->up), second = raw->api->cuStreamSynchronize(raw->down);
   if (r == FCU_SUCCESS) r = first != FCU_SUCCESS ? first : second;
   return r == FCU_SUCCESS ? 0 : (int)r;
+}
+
+/* One copy between two events on a stream of the baseline's own, timed by the
+ * device (cuEventElapsedTime): what a program timing its copy would write. */
+static int cuda_h2d_elapsed(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes, double *out_seconds) {
+  if (current(raw)) return -1;
+  if (!raw->api->cuEventCreate || !raw->api->cuEventRecord || !raw->api->cuEventSynchronize ||
+      !raw->api->cuEventElapsedTime || !raw->api->cuEventDestroy)
+    return -1;
+  if (streams(raw)) return (int)raw->streams_error;
+  if (!raw->start && !raw->events_error) {
+    raw->events_error = raw->api->cuEventCreate(&raw->start, 0);
+    if (!raw->events_error) raw->events_error = raw->api->cuEventCreate(&raw->stop, 0);
+  }
+  if (raw->events_error) return (int)raw->events_error;
+  float ms = 0;
+  cu_result r = raw->api->cuEventRecord(raw->start, raw->up);
+  if (r == FCU_SUCCESS) r = raw->api->cuMemcpyHtoDAsync((cu_deviceptr)ferry_device_ptr(dst), src, bytes, raw->up);
+  if (r == FCU_SUCCESS) r = raw->api->cuEventRecord(raw->stop, raw->up);
+  if (r == FCU_SUCCESS) r = raw->api->cuEventSynchronize(raw->stop);
+  if (r == FCU_SUCCESS) r = raw->api->cuEventElapsedTime(&ms, raw->start, raw->stop);
+  if (r != FCU_SUCCESS) return (int)r;
+  *out_seconds = (double)ms * 1e-3;
+  return 0;
 }
 
 static void *cuda_host_alloc(raw_baseline *raw, size_t bytes) {
@@ -196,6 +231,9 @@ static const raw_ops cuda_raw = {
     .finish = cuda_finish,
     .both_name = "cuMemcpyHtoDAsync + cuMemcpyDtoHAsync on two non-blocking streams + cuStreamSynchronize (both)",
     .both = cuda_both,
+    .h2d_elapsed_name = "cuEventRecord + cuMemcpyHtoDAsync + cuEventRecord + cuEventSynchronize, timed by "
+                        "cuEventElapsedTime",
+    .h2d_elapsed = cuda_h2d_elapsed,
 };
 
 const raw_ops *raw_cuda_ops(void) { return &cuda_raw; }

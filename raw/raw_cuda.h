@@ -34,7 +34,12 @@
   X(cuStreamDestroy, "cuStreamDestroy_v2", true, cu_result, (cu_stream stream))                                        \
   X(cuMemcpyDtoD, "cuMemcpyDtoD_v2", true, cu_result, (cu_deviceptr dst, cu_deviceptr src, size_t bytes))              \
   X(cuMemcpyPeer, "cuMemcpyPeer", true, cu_result,                                                                     \
-    (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx, size_t bytes))
+    (cu_deviceptr dst, cu_context dst_ctx, cu_deviceptr src, cu_context src_ctx, size_t bytes))                        \
+  X(cuEventCreate, "cuEventCreate", false, cu_result, (cu_event * event, unsigned int flags))                          \
+  X(cuEventRecord, "cuEventRecord", false, cu_result, (cu_event event, cu_stream stream))                              \
+  X(cuEventSynchronize, "cuEventSynchronize", false, cu_result, (cu_event event))                                      \
+  X(cuEventElapsedTime, "cuEventElapsedTime_v2", false, cu_result, (float *ms, cu_event start, cu_event stop))         \
+  X(cuEventDestroy, "cuEventDestroy_v2", false, cu_result, (cu_event event))
 
 typedef struct raw_cuda_driver {
 #define RAW_CUDA_MEMBER(member, symbol, required, ret, params) ret(*member) params;

@@ -15,6 +15,8 @@
  *   both: a non-blocking clEnqueueWriteBuffer on that queue and a non-blocking
  *        clEnqueueReadBuffer on a second in-order queue of the baseline's own, each
  *        flushed, then clFinish of both
+ *   h2d_elapsed: a non-blocking clEnqueueWriteBuffer with an event on a profiling
+ *        queue of the baseline's own, clWaitForEvents, the event's profiling times
  *
  * On devices whose memory is the host's (CPU devices, and any device that says
  * CL_DEVICE_HOST_UNIFIED_MEMORY), a program may as well map the buffer and copy
@@ -61,25 +63,30 @@ const raw_cl_driver *raw_cl_driver_load(char why[256]) {
 struct raw_baseline {
   const raw_cl_driver *api;
   cl_context context;
+  cl_device_id device;
   cl_command_queue queue;
   cl_command_queue second; /* the baseline's own in-order queue, for `both`; NULL when it could not be made */
   cl_int second_error;     /* why not: what the creating call returned */
-  bool unified;            /* the device's memory is the host's: the map way exists */
+  cl_command_queue timed;  /* elapsed's in-order queue with profiling, made at its first call */
+  cl_int timed_error;
+  bool unified; /* the device's memory is the host's: the map way exists */
   pthread_mutex_t lock;
   mapped_block *blocks;
 };
 
-cl_command_queue raw_cl_queue_create(const raw_cl_driver *api, cl_context context, cl_device_id id, cl_int *err) {
+cl_command_queue raw_cl_queue_create(const raw_cl_driver *api, cl_context context, cl_device_id id, bool profiling,
+                                     cl_int *err) {
   char version[128] = "";
   int major = 1, minor = 0;
   if (api->clGetDeviceInfo(id, CL_DEVICE_VERSION, sizeof version - 1, version, NULL) == CL_SUCCESS)
     (void)sscanf(version, "OpenCL %d.%d", &major, &minor);
   *err = CL_INVALID_OPERATION; /* no call to make one */
   cl_command_queue q = NULL;
+  const cl_queue_properties props[] = {CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0};
   if (major >= 2 && api->clCreateCommandQueueWithProperties)
-    q = api->clCreateCommandQueueWithProperties(context, id, NULL, err);
+    q = api->clCreateCommandQueueWithProperties(context, id, profiling ? props : NULL, err);
   else if (api->clCreateCommandQueue)
-    q = api->clCreateCommandQueue(context, id, 0, err);
+    q = api->clCreateCommandQueue(context, id, profiling ? CL_QUEUE_PROFILING_ENABLE : 0, err);
   if (!q && *err == CL_SUCCESS) *err = CL_INVALID_OPERATION;
   return q;
 }
@@ -107,7 +114,8 @@ static raw_baseline *cl_open(ferry_device *dev, char why[256]) {
   if (api->clGetDeviceInfo(id, CL_DEVICE_HOST_UNIFIED_MEMORY, sizeof unified, &unified, NULL) != CL_SUCCESS)
     unified = CL_FALSE;
   raw->unified = (type & CL_DEVICE_TYPE_CPU) || unified;
-  raw->second = raw_cl_queue_create(api, raw->context, id, &raw->second_error);
+  raw->device = id;
+  raw->second = raw_cl_queue_create(api, raw->context, id, false, &raw->second_error);
   pthread_mutex_init(&raw->lock, NULL);
   return raw;
 }
@@ -120,6 +128,10 @@ static void cl_close(raw_baseline *raw) {
   if (raw->second) {
     raw->api->clFinish(raw->second);
     raw->api->clReleaseCommandQueue(raw->second);
+  }
+  if (raw->timed) {
+    raw->api->clFinish(raw->timed);
+    raw->api->clReleaseCommandQueue(raw->timed);
   }
   pthread_mutex_destroy(&raw->lock);
   free(raw);
@@ -228,6 +240,32 @@ static int cl_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, fer
   return err == CL_SUCCESS ? 0 : (int)err;
 }
 
+/* One write timed by the device's clock, as a program timing its copy would: a
+ * non-blocking clEnqueueWriteBuffer with an event on a profiling queue of the
+ * baseline's own, clWaitForEvents, then CL_PROFILING_COMMAND_END minus
+ * CL_PROFILING_COMMAND_START of the event. */
+static int cl_h2d_elapsed(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes, double *out_seconds) {
+  const raw_cl_driver *api = raw->api;
+  if (!api->clWaitForEvents || !api->clReleaseEvent || !api->clGetEventProfilingInfo) return CL_INVALID_OPERATION;
+  if (!raw->timed && !raw->timed_error)
+    raw->timed = raw_cl_queue_create(api, raw->context, raw->device, true, &raw->timed_error);
+  if (!raw->timed) return (int)raw->timed_error;
+  cl_event ev = NULL;
+  cl_ulong start = 0, end = 0;
+  cl_int err =
+      api->clEnqueueWriteBuffer(raw->timed, (cl_mem)ferry_device_ptr(dst), CL_FALSE, 0, bytes, src, 0, NULL, &ev);
+  if (err == CL_SUCCESS) err = api->clWaitForEvents(1, &ev);
+  if (err == CL_SUCCESS) err = api->clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_START, sizeof start, &start, NULL);
+  if (err == CL_SUCCESS) err = api->clGetEventProfilingInfo(ev, CL_PROFILING_COMMAND_END, sizeof end, &end, NULL);
+  if (ev) api->clReleaseEvent(ev);
+  if (err != CL_SUCCESS) {
+    api->clFinish(raw->timed);
+    return (int)err;
+  }
+  *out_seconds = end > start ? (double)(end - start) * 1e-9 : 0;
+  return 0;
+}
+
 /* ---- the map way -------------------------------------------------------------- */
 
 static bool cl_alt_available(raw_baseline *raw) { return raw->unified; }
@@ -301,6 +339,9 @@ static const raw_ops opencl_raw = {
     .finish = cl_finish,
     .both_name = "clEnqueueWriteBuffer + clEnqueueReadBuffer (non-blocking, flushed) on two queues + clFinish (both)",
     .both = cl_both,
+    .h2d_elapsed_name = "clEnqueueWriteBuffer (non-blocking, with an event, on a profiling queue) + clWaitForEvents, "
+                        "timed by CL_PROFILING_COMMAND_END - START",
+    .h2d_elapsed = cl_h2d_elapsed,
 };
 
 const raw_ops *raw_opencl_ops(void) { return &opencl_raw; }

@@ -11,6 +11,8 @@
 
 #include "backends/opencl/opencl_api.h"
 
+#include <stdbool.h>
+
 /* The calls the baseline makes: X(member, return type, parameters), each under its own name. */
 #define RAW_CL_FUNCTIONS(X)                                                                                            \
   X(clGetDeviceInfo, cl_int, (cl_device_id device, cl_device_info name, size_t size, void *value, size_t *size_ret))   \
@@ -38,12 +40,17 @@
 
 /* The calls to make the second queue, either of which a driver may lack:
  * clCreateCommandQueue is deprecated from OpenCL 2.0 on (a 3.0 driver may drop it),
- * clCreateCommandQueueWithProperties is 2.0's. */
+ * clCreateCommandQueueWithProperties is 2.0's; and the event calls of the elapsed
+ * baseline (every OpenCL has them, but only that row needs them). */
 #define RAW_CL_OPTIONAL(X)                                                                                             \
   X(clCreateCommandQueue, cl_command_queue,                                                                            \
     (cl_context context, cl_device_id device, cl_command_queue_properties properties, cl_int * errcode_ret))           \
   X(clCreateCommandQueueWithProperties, cl_command_queue,                                                              \
-    (cl_context context, cl_device_id device, const cl_queue_properties *properties, cl_int *errcode_ret))
+    (cl_context context, cl_device_id device, const cl_queue_properties *properties, cl_int *errcode_ret))             \
+  X(clWaitForEvents, cl_int, (cl_uint num_events, const cl_event *events))                                             \
+  X(clReleaseEvent, cl_int, (cl_event event))                                                                          \
+  X(clGetEventProfilingInfo, cl_int,                                                                                   \
+    (cl_event event, cl_profiling_info name, size_t size, void *value, size_t *size_ret))
 
 typedef struct raw_cl_driver {
 #define RAW_CL_MEMBER(member, ret, params) ret(*member) params;
@@ -57,8 +64,10 @@ typedef struct raw_cl_driver {
 const raw_cl_driver *raw_cl_driver_load(char why[256]);
 
 /* An in-order queue, as ferry's backend makes one: through
- * clCreateCommandQueueWithProperties on a 2.0+ device, else clCreateCommandQueue.
- * NULL, with the driver's code in *err, when neither works. */
-cl_command_queue raw_cl_queue_create(const raw_cl_driver *api, cl_context context, cl_device_id id, cl_int *err);
+ * clCreateCommandQueueWithProperties on a 2.0+ device, else clCreateCommandQueue;
+ * with `profiling`, CL_QUEUE_PROFILING_ENABLE. NULL, with the driver's code in
+ * *err, when neither works. */
+cl_command_queue raw_cl_queue_create(const raw_cl_driver *api, cl_context context, cl_device_id id, bool profiling,
+                                     cl_int *err);
 
 #endif

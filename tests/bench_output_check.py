@@ -37,6 +37,7 @@ DEVICE_PATHS = [
     "async-pinned",
     "both",
     "both-pinned",
+    "elapsed",
     "alloc",
 ]
 PAIR_PATHS = ["peer", "cross"]
@@ -44,7 +45,7 @@ LATENCY = {"alloc", "host-ptr", "zero-copy", "async", "async-pinned"}
 SYNC_ONLY = {"host-ptr", "zero-copy"}
 BYTES_FACTOR = {"host-ptr": 2, "zero-copy": 2, "both": 2, "both-pinned": 2}
 # Rows of ferry's queues: a raw figure only where the driver has such calls (OpenCL, CUDA).
-QUEUE_PATHS = {"async", "async-pinned", "both", "both-pinned"}
+QUEUE_PATHS = {"async", "async-pinned", "both", "both-pinned", "elapsed"}
 # A write_async sample queues at most this many bytes (at least one submission).
 ASYNC_QUEUED_MAX = 64 << 20
 SVG = "{http://www.w3.org/2000/svg}"

@@ -272,9 +272,9 @@ static void check_good_runs(void) {
   CHECK_MSG(strstr(r->out, "device 0: native"), "no device heading: %s", r->out);
   CHECK(strstr(r->out, "ferry/raw") != NULL && strstr(r->out, "memcpy") != NULL);
   CHECK(strstr(r->out, "0 failures") != NULL);
-  static const char *const rows[] = {"h2d ",          "d2h ",           "h2d pinned",  "d2h pinned",
-                                     "host-ptr sync", "zero-copy sync", "d2d ",        "write_async ",
-                                     "async pinned",  "h2d+d2h 2q ",    "both pinned", "alloc+free"};
+  static const char *const rows[] = {"h2d ",           "d2h ",     "h2d pinned",   "d2h pinned",   "host-ptr sync",
+                                     "zero-copy sync", "d2d ",     "write_async ", "async pinned", "h2d+d2h 2q ",
+                                     "both pinned",    "elapsed ", "alloc+free"};
   for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
     CHECK_MSG(strstr(r->out, rows[i]) != NULL, "the table lacks the row '%s'", rows[i]);
   CHECK_MSG(r->err[0] == '\0', "stderr is not a terminal, yet something was printed there: %s", r->err);
@@ -313,18 +313,18 @@ static void check_good_runs(void) {
   /* A:B steps by 4 up to B; A:B:F by F; a list is sorted and deduplicated; --opt=value works. */
   r = bench("--sizes", "1K:16K", "--repeat", "1", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--sizes 1K:16K: exit %d; stderr: %s", r->code, r->err);
-  CHECK(count_in(r->out, " 1 KiB ") == 12 && count_in(r->out, " 4 KiB ") == 12 && count_in(r->out, " 16 KiB ") == 12);
+  CHECK(count_in(r->out, " 1 KiB ") == 13 && count_in(r->out, " 4 KiB ") == 13 && count_in(r->out, " 16 KiB ") == 13);
   CHECK(count_in(r->out, " 2 KiB ") == 0 && count_in(r->out, " 8 KiB ") == 0);
   r = bench("--sizes=1K:8K:2", "--repeat=1", "--device=all", (const char *)NULL);
   CHECK_MSG(r->code == 0, "--sizes=1K:8K:2: exit %d; stderr: %s", r->code, r->err);
-  CHECK(count_in(r->out, " 2 KiB ") == 12 && count_in(r->out, " 8 KiB ") == 12);
+  CHECK(count_in(r->out, " 2 KiB ") == 13 && count_in(r->out, " 8 KiB ") == 13);
   r = bench("--sizes", "8k,1000,8KiB,2KB", "--repeat", "1", (const char *)NULL);
   CHECK_MSG(r->code == 0, "a list: exit %d; stderr: %s", r->code, r->err);
-  CHECK(count_in(r->out, " 8 KiB ") == 12 && count_in(r->out, " 1000 B ") == 12 && count_in(r->out, " 2 KiB ") == 12);
+  CHECK(count_in(r->out, " 8 KiB ") == 13 && count_in(r->out, " 1000 B ") == 13 && count_in(r->out, " 2 KiB ") == 13);
   const char *at1000 = strstr(r->out, " 1000 B "), *at2k = strstr(r->out, " 2 KiB ");
   CHECK_MSG(at1000 && at2k && at1000 < at2k, "sizes are not in ascending order");
   r = bench("--sizes", "4K:10K", "--repeat", "1", (const char *)NULL);
-  CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 12 && count_in(r->out, " 16 KiB ") == 0,
+  CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 13 && count_in(r->out, " 16 KiB ") == 0,
             "--sizes 4K:10K measures 4 KiB alone");
 
   /* Tiny transfers: the unit that fits, never "0.000 GB/s"; "1 byte". */
@@ -367,7 +367,7 @@ static void check_good_runs(void) {
   CHECK_MSG(r->code == 0, "--sizes 4K,1T: exit %d; stderr: %s", r->code, r->err);
   CHECK_MSG(strstr(r->out, "not measured: ") != NULL && count_in(r->out, " 1 TiB ") == 0,
             "--sizes 4K,1T: no note about the size cap: %s", r->out);
-  CHECK(count_in(r->out, " 4 KiB ") == 12);
+  CHECK(count_in(r->out, " 4 KiB ") == 13);
 
   /* --json - puts the data on stdout and the tables on stderr. */
   r = bench("--sizes", "4K", "--repeat", "1", "--json", "-", (const char *)NULL);
@@ -399,9 +399,9 @@ static void check_choosing(void) {
   CHECK_MSG(strstr(r->err, "write_async ") && strstr(r->err, "h2d+d2h 2q ") && !strstr(r->err, "alloc+free "),
             "--paths async,both: the table lacks a row, or has others: %.3000s", r->err);
   r = bench("--sizes", "4K", "--repeat", "1", "--paths", "queues", (const char *)NULL);
-  CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 4 && strstr(r->out, "async pinned") &&
-                strstr(r->out, "both pinned"),
-            "--paths queues: not the 4 queue rows: %s", r->out);
+  CHECK_MSG(r->code == 0 && count_in(r->out, " 4 KiB ") == 5 && strstr(r->out, "async pinned") &&
+                strstr(r->out, "both pinned") && strstr(r->out, "elapsed "),
+            "--paths queues: not the 5 queue rows: %s", r->out);
   r = bench("--sizes", "4K", "--repeat", "1", "--backend", "native", (const char *)NULL);
   CHECK_MSG(r->code == 0 && strstr(r->out, "device 0: native"), "--backend native: exit %d: %s", r->code, r->err);
   r = bench("--sizes", "4K", "--repeat", "1", "-q", (const char *)NULL);

@@ -39,6 +39,7 @@ typedef enum bench_path {
   PATH_ASYNC_PINNED, /* the same from ferry_host_alloc memory */
   PATH_BOTH,         /* ferry_write_async on one queue + ferry_read_async on another at once, both synchronised */
   PATH_BOTH_PINNED,  /* the same from and into ferry_host_alloc memory */
+  PATH_ELAPSED,      /* ferry_write_async from ferry_host_alloc memory between two events, by ferry_event_elapsed */
   PATH_ALLOC,        /* ferry_alloc + ferry_free (after the transfer paths: those before it share their memory) */
   PATH_PEER,         /* ferry_device_to_device between two devices of a backend with a raw peer copy (cuda) */
   PATH_CROSS,        /* ferry_device_to_device between two devices, against the raw d2h + h2d through host memory */
@@ -55,6 +56,8 @@ typedef struct bench_path_desc {
                           rows, which move no bytes, and the submissions of write_async) */
   bool sync_only;      /* ferry moves no bytes here: it only synchronises */
   bool pair;           /* between two devices */
+  bool self_timed;     /* a sample's time is what the calls measured themselves (events on the device's
+                          clock: ferry_event_elapsed, cuEventElapsedTime), not the host's clock around them */
 } bench_path_desc;
 
 extern const bench_path_desc bench_paths[PATH_COUNT];

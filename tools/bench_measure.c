@@ -58,6 +58,10 @@ const bench_path_desc bench_paths[PATH_COUNT] = {
                           "h2d+d2h 2q from and into two ferry_host_alloc (pinned) blocks (bytes moved both ways per "
                           "second)",
                           2, false, false, false},
+    [PATH_ELAPSED] = {"elapsed", "elapsed",
+                      "ferry_write_async from ferry_host_alloc (pinned) memory between two ferry_event_record on a "
+                      "queue of the device, timed by ferry_event_elapsed: bytes per second by the events' clock",
+                      1, false, false, false, true},
     [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false,
                     false},
     [PATH_PEER] = {"peer", "peer",
@@ -154,6 +158,10 @@ const char *bench_raw_call(const bench_device *d, bench_path p, int way, char *b
   case PATH_BOTH_PINNED:
     if (way || !r->both) return NULL;
     snprintf(buf, size, "%s%s", r->both_name, p == PATH_BOTH_PINNED ? ", pinned" : "");
+    break;
+  case PATH_ELAPSED:
+    if (way || !r->h2d_elapsed) return NULL;
+    snprintf(buf, size, "%s", r->h2d_elapsed_name);
     break;
   case PATH_ALLOC:
     if (way || !r->alloc_free) return NULL;
@@ -275,7 +283,10 @@ typedef struct ctx {
   unsigned char *qsrc, *qdst, *raw_qsrc, *raw_qdst;
   unsigned char *pinned2, *raw_pinned2; /* the pinned rows' second blocks (their reads) */
   bool raw_pinned2_own;
-  char err[1200]; /* the sentence of the last failure */
+  ferry_event e1, e2; /* the elapsed row's events */
+  bool self_timed;    /* the path measured is (bench_path_desc.self_timed) */
+  double clock;       /* a self-timed path's calls add the seconds they measured here */
+  char err[1200];     /* the sentence of the last failure */
 } ctx;
 
 typedef int (*op_fn)(ctx *c);
@@ -356,6 +367,21 @@ static int fs_async(ctx *c) {
   return st == FERRY_OK ? 0 : ferry_failed(c, st);
 }
 static int f_async_once(ctx *c) { return settle_after(c, f_async, fs_async); }
+/* A write between two events, complete on return; the events' time goes to c->clock. */
+static int f_elapsed(ctx *c) {
+  double ms = 0;
+  ferry_status st = ferry_event_record(c->e1, c->q1);
+  if (st == FERRY_OK) st = ferry_write_async(c->q1, c->a, 0, c->qsrc, c->bytes);
+  if (st == FERRY_OK) st = ferry_event_record(c->e2, c->q1);
+  if (st == FERRY_OK) st = ferry_event_synchronize(c->e2);
+  if (st == FERRY_OK) st = ferry_event_elapsed(c->e1, c->e2, &ms);
+  if (st != FERRY_OK) {
+    settle_quietly(c, fs_async); /* nothing may still use qsrc */
+    return ferry_failed(c, st);
+  }
+  c->clock += ms * 1e-3;
+  return 0;
+}
 /* Both queues are synchronised even after a failure: nothing may still use src or
  * dst on return. The first failure is the one said. */
 static int f_both(ctx *c) {
@@ -424,6 +450,13 @@ static int r_finish(ctx *c) {
   return 0;
 }
 static int r_h2d_async_once(ctx *c) { return settle_after(c, r_h2d_async, r_finish); }
+static int r_elapsed(ctx *c) {
+  double s = 0;
+  int rc = c->raw->h2d_elapsed(c->rb, c->a, c->raw_qsrc, c->bytes, &s);
+  if (rc) return raw_failed(c, c->raw->h2d_elapsed_name, rc);
+  c->clock += s;
+  return 0;
+}
 static int r_both(ctx *c) {
   RAW(c->raw->both(c->rb, c->a, c->raw_qsrc, c->b, c->raw_qdst, c->bytes), c->raw->both_name);
   return 0;
@@ -625,6 +658,9 @@ static int vf_d2d(ctx *c) { return verify_copy(c, f_d2d, "ferry_device_to_device
 static int vf_async(ctx *c) {
   return verify_to_device(c, f_async_once, c->qsrc, "ferry_write_async + ferry_queue_synchronize");
 }
+static int vf_elapsed(ctx *c) {
+  return verify_to_device(c, f_elapsed, c->qsrc, "ferry_write_async between two ferry_event_record");
+}
 static int vf_both(ctx *c) {
   return verify_both(c, f_both, c->qsrc, c->qdst, "ferry_write_async + ferry_read_async on two queues");
 }
@@ -636,6 +672,7 @@ static int vr_d2h_pinned(ctx *c) { return verify_to_host(c, r_d2h_pinned, c->raw
 static int vr_roundtrip(ctx *c) { return verify_roundtrip_of(c, r_h2d, r_d2h, c->src, c->dst, "the raw h2d + d2h"); }
 static int vr_d2d(ctx *c) { return verify_copy(c, r_d2d, c->raw->d2d_name); }
 static int vr_h2d_async(ctx *c) { return verify_to_device(c, r_h2d_async_once, c->raw_qsrc, c->raw->h2d_async_name); }
+static int vr_elapsed(ctx *c) { return verify_to_device(c, r_elapsed, c->raw_qsrc, c->raw->h2d_elapsed_name); }
 static int vr_both(ctx *c) { return verify_both(c, r_both, c->raw_qsrc, c->raw_qdst, c->raw->both_name); }
 static int vr_peer(ctx *c) { return verify_copy(c, r_peer, c->raw->peer_name); }
 static int vr_cross(ctx *c) { return verify_copy(c, r_cross, "the raw copy between devices"); }
@@ -717,6 +754,7 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
       [PATH_ASYNC_PINNED] = {r_h2d_async, vr_h2d_async, NULL, NULL, r_finish},
       [PATH_BOTH] = {r_both, vr_both, NULL, NULL, NULL},
       [PATH_BOTH_PINNED] = {r_both, vr_both, NULL, NULL, NULL},
+      [PATH_ELAPSED] = {r_elapsed, vr_elapsed, NULL, NULL, NULL},
       [PATH_ALLOC] = {r_alloc, NULL, NULL, NULL, NULL},
   };
   int n = 0;
@@ -724,6 +762,7 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
   if (p == PATH_ALLOC && !c->raw->alloc_free) return 0;
   if ((p == PATH_ASYNC || p == PATH_ASYNC_PINNED) && (!c->raw->h2d_async || !c->raw->finish)) return 0;
   if ((p == PATH_BOTH || p == PATH_BOTH_PINNED) && !c->raw->both) return 0;
+  if (p == PATH_ELAPSED && !c->raw->h2d_elapsed) return 0;
   out[n++] = (way){table[p].op, table[p].verify, 0, table[p].settle};
   bool alt = c->d->alt && table[p].alt && (p != PATH_D2D || c->raw->d2d_alt);
   if (alt) out[n++] = (way){table[p].alt, table[p].alt_verify, 1, NULL};
@@ -735,6 +774,7 @@ static int device_ways(const ctx *c, bench_path p, way out[2]) {
 /* Times n back-to-back calls; then settle, where the path has one, after the clock
  * stops (its failure fails the sample as a call's would). */
 static int time_ops(op_fn op, op_fn settle, ctx *c, long n, double *out) {
+  c->clock = 0;
   double t0 = bench_now();
   for (long i = 0; i < n; i++)
     if (op(c)) {
@@ -742,6 +782,7 @@ static int time_ops(op_fn op, op_fn settle, ctx *c, long n, double *out) {
       return -1;
     }
   *out = bench_now() - t0;
+  if (c->self_timed) *out = c->clock;
   return settle ? settle(c) : 0;
 }
 
@@ -1070,10 +1111,10 @@ static void queue_pinned_close(ctx *c) {
   pinned_close(c);
 }
 
-/* The queue rows (write_async and both, from ordinary and from pinned memory), on
- * two queues of the device made for this size (the second only for both) and
- * destroyed after: a failure to make one, or the pinned blocks, fails the rows
- * that need it. */
+/* The queue rows (write_async and both, from ordinary and from pinned memory, and
+ * elapsed), on two queues of the device made for this size (the second only for
+ * both) and destroyed after: a failure to make one, the pinned blocks or the
+ * events, fails the rows that need it. */
 static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const bool *go) {
   bench_device *d = c->d;
   ferry_queue q[2] = {FERRY_NULL_QUEUE, FERRY_NULL_QUEUE};
@@ -1085,31 +1126,44 @@ static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const boo
   if (st != FERRY_OK)
     snprintf(text, sizeof text, "creating %s queue of the device: %s (%s)", made ? "a second" : "a", ferry_last_error(),
              ferry_status_name(st));
-  bool pinned_wanted = go[PATH_ASYNC_PINNED] || go[PATH_BOTH_PINNED], pinned_ok = false;
+  bool pinned_wanted = go[PATH_ASYNC_PINNED] || go[PATH_BOTH_PINNED] || go[PATH_ELAPSED], pinned_ok = false;
   if (pinned_wanted) {
     pinned_ok = queue_pinned_open(c, go[PATH_BOTH_PINNED]) == 0;
     if (!pinned_ok) snprintf(pinned_text, sizeof pinned_text, "the pinned blocks: %.1100s", c->err);
   }
+  char events_text[1200] = "";
+  ferry_status ev = FERRY_OK;
+  if (go[PATH_ELAPSED] &&
+      ((ev = ferry_event_create(&c->e1)) != FERRY_OK || (ev = ferry_event_create(&c->e2)) != FERRY_OK))
+    snprintf(events_text, sizeof events_text, "creating the events: %s (%s)", ferry_last_error(),
+             ferry_status_name(ev));
   c->q1 = q[0];
   c->q2 = q[1];
   bench_row *last = NULL;
-  for (int p = PATH_ASYNC; p <= PATH_BOTH_PINNED; p++) {
+  for (int p = PATH_ASYNC; p <= PATH_ELAPSED; p++) {
     if (!go[p]) continue;
-    bool pinned = p == PATH_ASYNC_PINNED || p == PATH_BOTH_PINNED, two = p == PATH_BOTH || p == PATH_BOTH_PINNED;
+    bool pinned = p == PATH_ASYNC_PINNED || p == PATH_BOTH_PINNED || p == PATH_ELAPSED,
+         two = p == PATH_BOTH || p == PATH_BOTH_PINNED;
     device_step(d, bench_paths[p].label, c->bytes);
     if (made < (two ? 2 : 1)) {
       row_fail(run, c, rows[p], text);
     } else if (pinned && !pinned_ok) {
       row_fail(run, c, rows[p], pinned_text);
+    } else if (p == PATH_ELAPSED && ev != FERRY_OK) {
+      row_fail(run, c, rows[p], events_text);
     } else {
       c->qsrc = pinned ? c->pinned : c->src;
       c->qdst = pinned ? c->pinned2 : c->dst;
       c->raw_qsrc = pinned ? c->raw_pinned : c->src;
       c->raw_qdst = pinned ? c->raw_pinned2 : c->dst;
-      if (!two)
+      c->self_timed = bench_paths[p].self_timed;
+      if (p == PATH_ELAPSED)
+        run_device_path(run, c, rows[p], f_elapsed, NULL, vf_elapsed);
+      else if (!two)
         run_device_path(run, c, rows[p], f_async, fs_async, vf_async);
       else
         run_with_second(run, c, rows[p], f_both, vf_both);
+      c->self_timed = false;
       last = rows[p];
     }
   }
@@ -1122,6 +1176,9 @@ static void run_queues(bench_run *run, ctx *c, bench_row *const *rows, const boo
     }
   }
   if (pinned_ok) queue_pinned_close(c);
+  if (c->e1.id) ferry_event_destroy(c->e1);
+  if (c->e2.id) ferry_event_destroy(c->e2);
+  c->e1 = c->e2 = (ferry_event){0};
   c->q1 = c->q2 = FERRY_NULL_QUEUE;
   c->qsrc = c->qdst = c->raw_qsrc = c->raw_qdst = NULL;
 }
@@ -1275,7 +1332,7 @@ static void run_size(bench_run *run, bench_device *d, raw_baseline *rb, size_t s
         device_step(d, bench_paths[PATH_D2D].label, bytes);
         run_with_second(run, &c, rows[PATH_D2D], f_d2d, vf_d2d);
       }
-      if (go[PATH_ASYNC] || go[PATH_ASYNC_PINNED] || go[PATH_BOTH] || go[PATH_BOTH_PINNED])
+      if (go[PATH_ASYNC] || go[PATH_ASYNC_PINNED] || go[PATH_BOTH] || go[PATH_BOTH_PINNED] || go[PATH_ELAPSED])
         run_queues(run, &c, rows, go);
       ferry_free(c.a);
     }

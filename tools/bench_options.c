@@ -34,8 +34,8 @@ void bench_help(FILE *f) {
           "  --backend NAME    the devices of these backends (--backend cuda,opencl); with --device, the\n"
           "                    devices either names\n"
           "  --paths LIST      the rows to measure, a comma list of: h2d d2h h2d-pinned d2h-pinned host-ptr\n"
-          "                    zero-copy d2d async async-pinned both both-pinned alloc peer cross (also:\n"
-          "                    pinned, sync, queues, pairs). Default: all\n"
+          "                    zero-copy d2d async async-pinned both both-pinned elapsed alloc peer cross\n"
+          "                    (also: pinned, sync, queues, pairs). Default: all\n"
           "  --sizes SPEC      transfer sizes in bytes, with an optional K, M or G suffix (binary:\n"
           "                    1K = 1024). A:B means A, 4A, 16A, ... up to B (B itself only when it\n"
           "                    is A times a power of 4); A:B:F steps by the factor F instead (2..%d);\n"
@@ -86,6 +86,10 @@ void bench_help(FILE *f) {
              "                     both synchronised: GB/s both ways together (raw: two OpenCL queues, two\n"
              "                     CUDA streams)\n"
              "  both pinned        h2d+d2h 2q from and into two ferry_host_alloc (pinned) blocks\n"
+             "  elapsed            ferry_write_async from pinned memory between two ferry_event_record, timed\n"
+             "                     by ferry_event_elapsed: GB/s by the events' clock (raw: the same copy\n"
+             "                     between two of the driver's events, cuEventElapsedTime; ferry/raw near 1:\n"
+             "                     the two clocks agree)\n"
              "  alloc+free         ferry_alloc + ferry_free, in microseconds (raw: the driver's own pair)\n"
              "rows between two devices (every ordered pair measured; BENCH.md says which pairs):\n"
              "  peer A>B           ferry_device_to_device between two devices of one backend, against the\n"
@@ -388,7 +392,7 @@ static int parse_paths(const char *spec, bench_options *opt, char *err, size_t e
       bench_path a, b;
     } groups[] = {{"pinned", PATH_H2D_PINNED, PATH_D2H_PINNED},
                   {"sync", PATH_HOST_PTR, PATH_ZERO_COPY},
-                  {"queues", PATH_ASYNC, PATH_BOTH_PINNED},
+                  {"queues", PATH_ASYNC, PATH_ELAPSED},
                   {"pairs", PATH_PEER, PATH_CROSS},
                   {"alloc+free", PATH_ALLOC, PATH_ALLOC}};
     for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++)

@@ -45,6 +45,7 @@ static const style styles[PATH_DEVICE_COUNT] = {
     [PATH_D2D] = {"#1f1f1f", "star"},          [PATH_ASYNC] = {"#882255", "pentagon"},
     [PATH_BOTH] = {"#999933", "cross"},        [PATH_ALLOC] = {"#8a8a8a", "circle"},
     [PATH_ASYNC_PINNED] = {"#882255", "down"}, [PATH_BOTH_PINNED] = {"#999933", "up"},
+    [PATH_ELAPSED] = {"#332288", "diamond"},
 };
 /* Copies between devices, one style per pair, in turn. */
 static const style pair_styles[] = {

@@ -263,7 +263,7 @@ static void capabilities(const bench_device *d, char *buf, size_t size) {
  * False when the way has calls for none of them (a second way for alloc+free alone). */
 static bool way_calls(const bench_run *run, const bench_device *d, int way, char *buf, size_t size) {
   size_t used = (size_t)snprintf(buf, size, "%s:", bench_raw_tag(d->raw, way));
-  static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ASYNC, PATH_BOTH, PATH_ALLOC};
+  static const bench_path shown[] = {PATH_H2D, PATH_D2H, PATH_D2D, PATH_ASYNC, PATH_BOTH, PATH_ELAPSED, PATH_ALLOC};
   /* The pinned queue rows make the calls of their ordinary rows (named there). */
   bool any = false;
   for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
