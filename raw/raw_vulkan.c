@@ -12,6 +12,10 @@
  *   d2d         vkCmdCopyBuffer + fence wait
  *   host_alloc  a mapped host-visible VkBuffer (Vulkan's pinned memory)
  *   alloc_free  vkCreateBuffer + vkAllocateMemory + vkBindBufferMemory, then the frees
+ *   h2d_async   memcpy into one of ASYNC_SLOTS staging buffers (waiting first for its last
+ *               copy's fence when all are in use) + vkCmdCopyBuffer submitted with the slot's
+ *               fence, not waited for (from memory of host_alloc: the copy from that buffer);
+ *               finish: every slot's fence waited for
  *
  * The staging buffer is one buffer as large as the transfer, made once: the
  * simplest fast code, with no chunking and no overlap. The queue is ferry's, and
@@ -100,6 +104,15 @@ typedef struct host_buffer {
   bool coherent;
 } host_buffer;
 
+/* One of h2d_async's submissions in flight: its command buffer, fence and staging. */
+#define ASYNC_SLOTS 8
+typedef struct async_slot {
+  VkCommandBuffer cb;
+  VkFence fence;
+  bool busy; /* submitted, its fence not waited for yet */
+  host_buffer staging;
+} async_slot;
+
 /* The mapped way's buffer standing for one ferry buffer. */
 typedef struct shadow {
   uint64_t id; /* the ferry_buffer's id; 0: unused */
@@ -123,6 +136,9 @@ struct raw_baseline {
   bool unified;        /* a CPU device or an integrated GPU with device-local, host-visible memory */
   shadow shadows[2];   /* the mapped way's buffers */
   unsigned long long clock;
+  async_slot slots[ASYNC_SLOTS]; /* h2d_async's, made at its first call */
+  bool slots_made;
+  unsigned next_slot;
 };
 
 /* A host-visible type (device-local too when `local`), coherent and cached where possible. */
@@ -236,8 +252,12 @@ static void vulkan_close(raw_baseline *raw) {
     host_buffer_free(raw, b);
     free(b);
   }
+  for (int i = 0; i < ASYNC_SLOTS; i++) {
+    host_buffer_free(raw, &raw->slots[i].staging);
+    if (raw->slots[i].fence) raw->vk->vkDestroyFence(raw->device, raw->slots[i].fence, NULL);
+  }
   raw->vk->vkDestroyFence(raw->device, raw->fence, NULL);
-  raw->vk->vkDestroyCommandPool(raw->device, raw->pool, NULL);
+  raw->vk->vkDestroyCommandPool(raw->device, raw->pool, NULL); /* and the slots' command buffers */
   free(raw);
 }
 
@@ -410,6 +430,76 @@ static int vulkan_d2d_mapped(raw_baseline *raw, ferry_buffer src, ferry_buffer d
   return sync_range(raw, d, true);
 }
 
+/* The slots' command buffers and fences, once. */
+static int slots_make(raw_baseline *raw) {
+  if (raw->slots_made) return 0;
+  const raw_vk_driver *vk = raw->vk;
+  VkCommandBuffer cbs[ASYNC_SLOTS];
+  VkCommandBufferAllocateInfo cb = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                    .commandPool = raw->pool,
+                                    .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                    .commandBufferCount = ASYNC_SLOTS};
+  if (vk->vkAllocateCommandBuffers(raw->device, &cb, cbs) != VK_SUCCESS) return -1;
+  VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  for (int i = 0; i < ASYNC_SLOTS; i++) {
+    raw->slots[i].cb = cbs[i];
+    if (vk->vkCreateFence(raw->device, &fence, NULL, &raw->slots[i].fence) != VK_SUCCESS) return -1;
+  }
+  raw->slots_made = true;
+  return 0;
+}
+
+static int slot_wait(raw_baseline *raw, async_slot *s) {
+  if (!s->busy) return 0;
+  s->busy = false;
+  if (raw->vk->vkWaitForFences(raw->device, 1, &s->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS) return -1;
+  return raw->vk->vkResetFences(raw->device, 1, &s->fence) == VK_SUCCESS ? 0 : -1;
+}
+
+/* As a program that queues writes without waiting would: each through a staging
+ * buffer of its own while one is free (the slots in turn), waiting for the
+ * oldest only when all eight are in flight. */
+static int vulkan_h2d_async(raw_baseline *raw, ferry_buffer dst, const void *src, size_t bytes) {
+  const raw_vk_driver *vk = raw->vk;
+  if (slots_make(raw)) return -1;
+  async_slot *s = &raw->slots[raw->next_slot++ % ASYNC_SLOTS];
+  if (slot_wait(raw, s)) return -1;
+  host_buffer *pin = pinned_of(raw, src, bytes);
+  VkBuffer from;
+  VkDeviceSize at = 0;
+  if (pin) {
+    if (sync_range(raw, pin, true)) return -1;
+    from = pin->buffer;
+    at = (VkDeviceSize)((const char *)src - pin->map);
+  } else {
+    if (s->staging.bytes < bytes) {
+      host_buffer_free(raw, &s->staging);
+      if (host_buffer_make(raw, bytes, false, &s->staging)) return -1;
+    }
+    memcpy(s->staging.map, src, bytes);
+    if (sync_range(raw, &s->staging, true)) return -1;
+    from = s->staging.buffer;
+  }
+  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  if (vk->vkBeginCommandBuffer(s->cb, &begin) != VK_SUCCESS) return -1;
+  VkBufferCopy region = {.srcOffset = at, .dstOffset = 0, .size = bytes};
+  vk->vkCmdCopyBuffer(s->cb, from, (VkBuffer)ferry_device_ptr(dst), 1, &region);
+  if (vk->vkEndCommandBuffer(s->cb) != VK_SUCCESS) return -1;
+  VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &s->cb};
+  if (vk->vkQueueSubmit(raw->queue, 1, &submit, s->fence) != VK_SUCCESS) return -1;
+  s->busy = true;
+  return 0;
+}
+
+static int vulkan_finish(raw_baseline *raw) {
+  int rc = 0;
+  for (int i = 0; i < ASYNC_SLOTS; i++)
+    if (slot_wait(raw, &raw->slots[i])) rc = -1;
+  raw->next_slot = 0;
+  return rc;
+}
+
 static const raw_ops vulkan_raw = {
     .backend = "vulkan",
     .h2d_name = "memcpy+vkCmdCopyBuffer",
@@ -434,6 +524,10 @@ static const raw_ops vulkan_raw = {
     .d2h_alt = vulkan_d2h_mapped,
     .d2d_alt = vulkan_d2d_mapped,
     .alt_own_memory = true,
+    .h2d_async_name = "memcpy into one of 8 staging buffers + vkCmdCopyBuffer + vkQueueSubmit with a fence",
+    .finish_name = "vkWaitForFences",
+    .h2d_async = vulkan_h2d_async,
+    .finish = vulkan_finish,
 };
 
 const raw_ops *raw_vulkan_ops(void) { return &vulkan_raw; }

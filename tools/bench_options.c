@@ -80,7 +80,7 @@ void bench_help(FILE *f) {
              "  write_async        ferry_write_async from ordinary memory on a queue of the device: the\n"
              "                     microseconds to submit one (the queue is synchronised after each sample,\n"
              "                     untimed; a sample queues 64 MiB at most), against the driver's own\n"
-             "                     non-blocking write where it has one (OpenCL, CUDA)\n"
+             "                     non-blocking write where it has one (OpenCL, CUDA, Vulkan)\n"
              "  async pinned       the same from ferry_host_alloc (pinned) memory\n"
              "  h2d+d2h 2q         ferry_write_async on one queue and ferry_read_async on a second at once,\n"
              "                     both synchronised: GB/s both ways together (raw: two OpenCL queues, two\n"
