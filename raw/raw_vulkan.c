@@ -16,6 +16,10 @@
  *               copy's fence when all are in use) + vkCmdCopyBuffer submitted with the slot's
  *               fence, not waited for (from memory of host_alloc: the copy from that buffer);
  *               finish: every slot's fence waited for
+ *   both        a staged write on one VkQueue and a staged read on a second, each with a
+ *               command buffer and fence of its own, submitted together and both waited
+ *               for; the VkQueues are those of two ferry queues made for it (ferry_queue_native:
+ *               the device's own queues as ferry hands them out, one shared where it has one)
  *
  * The staging buffer is one buffer as large as the transfer, made once: the
  * simplest fast code, with no chunking and no overlap. The queue is ferry's, and
@@ -139,6 +143,13 @@ struct raw_baseline {
   async_slot slots[ASYNC_SLOTS]; /* h2d_async's, made at its first call */
   bool slots_made;
   unsigned next_slot;
+  ferry_device *dev;
+  /* both's: two ferry queues whose VkQueues it borrows (while ferry is idle on
+   * them), a slot for each way (made at its first call), and why not. */
+  ferry_queue both_q[2];
+  VkQueue both_vq[2];
+  async_slot both_slot[2];
+  int both_state; /* 0: not tried; 1: ready; -1: cannot */
 };
 
 /* A host-visible type (device-local too when `local`), coherent and cached where possible. */
@@ -209,6 +220,7 @@ static raw_baseline *vulkan_open(ferry_device *dev, char why[256]) {
     return NULL;
   }
   raw->vk = vk;
+  raw->dev = dev;
   raw->phys = (VkPhysicalDevice)nat.device;
   raw->device = (VkDevice)nat.context;
   raw->queue = (VkQueue)nat.queue;
@@ -255,6 +267,12 @@ static void vulkan_close(raw_baseline *raw) {
   for (int i = 0; i < ASYNC_SLOTS; i++) {
     host_buffer_free(raw, &raw->slots[i].staging);
     if (raw->slots[i].fence) raw->vk->vkDestroyFence(raw->device, raw->slots[i].fence, NULL);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (raw->both_vq[i]) raw->vk->vkQueueWaitIdle(raw->both_vq[i]);
+    host_buffer_free(raw, &raw->both_slot[i].staging);
+    if (raw->both_slot[i].fence) raw->vk->vkDestroyFence(raw->device, raw->both_slot[i].fence, NULL);
+    if (raw->both_q[i].id) ferry_queue_destroy(raw->both_q[i]);
   }
   raw->vk->vkDestroyFence(raw->device, raw->fence, NULL);
   raw->vk->vkDestroyCommandPool(raw->device, raw->pool, NULL); /* and the slots' command buffers */
@@ -500,6 +518,99 @@ static int vulkan_finish(raw_baseline *raw) {
   return rc;
 }
 
+/* both's queues and slots, once: two ferry queues of the device and their
+ * VkQueues, which must be of the baseline's family (its command pool's). */
+static int both_make(raw_baseline *raw) {
+  if (raw->both_state) return raw->both_state > 0 ? 0 : -1;
+  raw->both_state = -1;
+  const raw_vk_driver *vk = raw->vk;
+  VkCommandBuffer cbs[2];
+  VkCommandBufferAllocateInfo cb = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                    .commandPool = raw->pool,
+                                    .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                    .commandBufferCount = 2};
+  VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+  if (vk->vkAllocateCommandBuffers(raw->device, &cb, cbs) != VK_SUCCESS) return -1;
+  for (int i = 0; i < 2; i++) {
+    ferry_native nat;
+    raw->both_slot[i].cb = cbs[i];
+    if (ferry_queue_create(raw->dev, &raw->both_q[i]) != FERRY_OK ||
+        ferry_queue_native(raw->both_q[i], &nat) != FERRY_OK || !nat.queue || nat.queue_family != raw->family ||
+        vk->vkCreateFence(raw->device, &fence, NULL, &raw->both_slot[i].fence) != VK_SUCCESS)
+      return -1;
+    raw->both_vq[i] = (VkQueue)nat.queue;
+  }
+  raw->both_state = 1;
+  return 0;
+}
+
+/* Records one copy into a slot's command buffer, with a barrier to the host after a read. */
+static int record_copy(raw_baseline *raw, VkCommandBuffer c, VkBuffer src, VkDeviceSize so, VkBuffer dst,
+                       VkDeviceSize doff, VkDeviceSize bytes, bool to_host) {
+  const raw_vk_driver *vk = raw->vk;
+  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
+  if (vk->vkBeginCommandBuffer(c, &begin) != VK_SUCCESS) return -1;
+  VkBufferCopy region = {.srcOffset = so, .dstOffset = doff, .size = bytes};
+  vk->vkCmdCopyBuffer(c, src, dst, 1, &region);
+  if (to_host) {
+    VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+                         .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
+                         .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
+    vk->vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0, NULL);
+  }
+  return vk->vkEndCommandBuffer(c) == VK_SUCCESS ? 0 : -1;
+}
+
+/* The host side of one way: the caller's pinned block where it is one, else the
+ * slot's staging buffer (grown to `bytes`). */
+static host_buffer *both_side(raw_baseline *raw, async_slot *s, const void *p, size_t bytes, VkDeviceSize *at) {
+  host_buffer *pin = pinned_of(raw, p, bytes);
+  if (pin) {
+    *at = (VkDeviceSize)((const char *)p - pin->map);
+    return pin;
+  }
+  *at = 0;
+  if (s->staging.bytes < bytes) {
+    host_buffer_free(raw, &s->staging);
+    if (host_buffer_make(raw, bytes, false, &s->staging)) return NULL;
+  }
+  return &s->staging;
+}
+
+/* Both directions at once, as a program with two queues would write it: the
+ * write's bytes copied into its staging, both copies submitted (each on its own
+ * queue, with its own fence), both fences waited for, the read's bytes copied out. */
+static int vulkan_both(raw_baseline *raw, ferry_buffer dst_buf, const void *src, ferry_buffer src_buf, void *dst,
+                       size_t bytes) {
+  const raw_vk_driver *vk = raw->vk;
+  if (both_make(raw)) return -1;
+  VkDeviceSize up_at, down_at;
+  host_buffer *up = both_side(raw, &raw->both_slot[0], src, bytes, &up_at);
+  host_buffer *down = up ? both_side(raw, &raw->both_slot[1], dst, bytes, &down_at) : NULL;
+  if (!down) return -1;
+  if (up == &raw->both_slot[0].staging) memcpy(up->map, src, bytes);
+  if (sync_range(raw, up, true) ||
+      record_copy(raw, raw->both_slot[0].cb, up->buffer, up_at, (VkBuffer)ferry_device_ptr(dst_buf), 0, bytes, false) ||
+      record_copy(raw, raw->both_slot[1].cb, (VkBuffer)ferry_device_ptr(src_buf), 0, down->buffer, down_at, bytes,
+                  true))
+    return -1;
+  int rc = 0;
+  for (int i = 0; i < 2; i++) {
+    VkSubmitInfo submit = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &raw->both_slot[i].cb};
+    if (vk->vkQueueSubmit(raw->both_vq[i], 1, &submit, raw->both_slot[i].fence) == VK_SUCCESS)
+      raw->both_slot[i].busy = true;
+    else
+      rc = -1;
+  }
+  for (int i = 0; i < 2; i++)
+    if (slot_wait(raw, &raw->both_slot[i])) rc = -1;
+  if (rc || sync_range(raw, down, false)) return -1;
+  if (down == &raw->both_slot[1].staging) memcpy(dst, down->map, bytes);
+  return 0;
+}
+
 static const raw_ops vulkan_raw = {
     .backend = "vulkan",
     .h2d_name = "memcpy+vkCmdCopyBuffer",
@@ -528,6 +639,9 @@ static const raw_ops vulkan_raw = {
     .finish_name = "vkWaitForFences",
     .h2d_async = vulkan_h2d_async,
     .finish = vulkan_finish,
+    .both_name = "a staged vkCmdCopyBuffer each way on two VkQueues (those of two ferry queues), each with its fence, "
+                 "both waited for (both)",
+    .both = vulkan_both,
 };
 
 const raw_ops *raw_vulkan_ops(void) { return &vulkan_raw; }

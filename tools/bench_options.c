@@ -84,7 +84,7 @@ void bench_help(FILE *f) {
              "  async pinned       the same from ferry_host_alloc (pinned) memory\n"
              "  h2d+d2h 2q         ferry_write_async on one queue and ferry_read_async on a second at once,\n"
              "                     both synchronised: GB/s both ways together (raw: two OpenCL queues, two\n"
-             "                     CUDA streams)\n"
+             "                     CUDA streams, two VkQueues)\n"
              "  both pinned        h2d+d2h 2q from and into two ferry_host_alloc (pinned) blocks\n"
              "  elapsed            ferry_write_async from pinned memory between two ferry_event_record, timed\n"
              "                     by ferry_event_elapsed: GB/s by the events' clock (raw: the same copy\n"
