@@ -26,52 +26,53 @@
 #include <unistd.h>
 
 const bench_path_desc bench_paths[PATH_COUNT] = {
-    [PATH_H2D] = {"h2d", "h2d", "ferry_host_to_device from ordinary (malloc'd) host memory", 1, false, false, false},
-    [PATH_D2H] = {"d2h", "d2h", "ferry_device_to_host into ordinary host memory", 1, false, false, false},
+    [PATH_H2D] = {"h2d", "h2d", "ferry_host_to_device from ordinary (malloc'd) host memory", 1, false, false, false,
+                  false},
+    [PATH_D2H] = {"d2h", "d2h", "ferry_device_to_host into ordinary host memory", 1, false, false, false, false},
     [PATH_H2D_PINNED] = {"h2d-pinned", "h2d pinned", "ferry_host_to_device from ferry_host_alloc (pinned) memory", 1,
-                         false, false, false},
+                         false, false, false, false},
     [PATH_D2H_PINNED] = {"d2h-pinned", "d2h pinned", "ferry_device_to_host into ferry_host_alloc (pinned) memory", 1,
-                         false, false, false},
+                         false, false, false, false},
     [PATH_HOST_PTR] = {"host-ptr", "host-ptr sync",
                        "ferry_alloc_host_ptr buffer: h2d + d2h on its own array (synchronisation only, no bytes "
                        "move), microseconds per pair, vs the raw h2d + d2h of the same bytes on an ordinary buffer",
-                       2, true, true, false},
+                       2, true, true, false, false},
     [PATH_ZERO_COPY] = {"zero-copy", "zero-copy sync",
                         "ferry_alloc_zero_copy buffer: h2d + d2h on its own array (synchronisation only, no bytes "
                         "move), microseconds per pair, vs the raw h2d + d2h of the same bytes on an ordinary buffer",
-                        2, true, true, false},
+                        2, true, true, false, false},
     [PATH_D2D] = {"d2d", "d2d", "ferry_device_to_device between two buffers of the device (bytes copied per second)", 1,
-                  false, false, false},
+                  false, false, false, false},
     [PATH_ASYNC] = {"async", "write_async",
                     "ferry_write_async from ordinary host memory on a queue of the device: microseconds to submit "
                     "one; the queue is synchronised after each sample, untimed, and a sample queues 64 MiB at most",
-                    1, true, false, false},
+                    1, true, false, false, false},
     [PATH_ASYNC_PINNED] = {"async-pinned", "async pinned",
                            "ferry_write_async from ferry_host_alloc (pinned) memory on a queue of the device: "
                            "microseconds to submit one, as write_async",
-                           1, true, false, false},
+                           1, true, false, false, false},
     [PATH_BOTH] = {"both", "h2d+d2h 2q",
                    "ferry_write_async on one queue of the device and ferry_read_async on a second at once, both "
                    "synchronised (bytes moved both ways per second)",
-                   2, false, false, false},
+                   2, false, false, false, false},
     [PATH_BOTH_PINNED] = {"both-pinned", "both pinned",
                           "h2d+d2h 2q from and into two ferry_host_alloc (pinned) blocks (bytes moved both ways per "
                           "second)",
-                          2, false, false, false},
+                          2, false, false, false, false},
     [PATH_ELAPSED] = {"elapsed", "elapsed",
                       "ferry_write_async from ferry_host_alloc (pinned) memory between two ferry_event_record on a "
                       "queue of the device, timed by ferry_event_elapsed: bytes per second by the events' clock",
                       1, false, false, false, true},
     [PATH_ALLOC] = {"alloc", "alloc+free", "ferry_alloc + ferry_free of one buffer, in microseconds", 1, true, false,
-                    false},
+                    false, false},
     [PATH_PEER] = {"peer", "peer",
                    "ferry_device_to_device from a buffer of device A into one of device B, both of one backend, vs "
                    "the driver's copy between devices (cuMemcpyPeer)",
-                   1, false, false, true},
+                   1, false, false, true, false},
     [PATH_CROSS] = {"cross", "cross",
                     "ferry_device_to_device from a buffer of device A into one of device B, vs the raw d2h of A into "
                     "ordinary host memory + the raw h2d of B from it",
-                    1, false, false, true},
+                    1, false, false, true, false},
 };
 
 /* How long a figure may take, and how many samples it gets. */
