@@ -279,23 +279,29 @@ static void vulkan_close(raw_baseline *raw) {
   free(raw);
 }
 
-/* One vkCmdCopyBuffer, submitted and waited for. */
-static int copy_wait(raw_baseline *raw, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize doff,
-                     VkDeviceSize bytes, bool to_host) {
+/* Records one copy into a command buffer, with a barrier to the host after a read. */
+static int record_copy(raw_baseline *raw, VkCommandBuffer c, VkBuffer src, VkDeviceSize so, VkBuffer dst,
+                       VkDeviceSize doff, VkDeviceSize bytes, bool to_host) {
   const raw_vk_driver *vk = raw->vk;
   VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
                                     .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  if (vk->vkBeginCommandBuffer(raw->cb, &begin) != VK_SUCCESS) return -1;
+  if (vk->vkBeginCommandBuffer(c, &begin) != VK_SUCCESS) return -1;
   VkBufferCopy region = {.srcOffset = so, .dstOffset = doff, .size = bytes};
-  vk->vkCmdCopyBuffer(raw->cb, src, dst, 1, &region);
+  vk->vkCmdCopyBuffer(c, src, dst, 1, &region);
   if (to_host) {
     VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
                          .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
                          .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    vk->vkCmdPipelineBarrier(raw->cb, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0,
-                             NULL);
+    vk->vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0, NULL);
   }
-  if (vk->vkEndCommandBuffer(raw->cb) != VK_SUCCESS) return -1;
+  return vk->vkEndCommandBuffer(c) == VK_SUCCESS ? 0 : -1;
+}
+
+/* One vkCmdCopyBuffer, submitted and waited for. */
+static int copy_wait(raw_baseline *raw, VkBuffer src, VkDeviceSize so, VkBuffer dst, VkDeviceSize doff,
+                     VkDeviceSize bytes, bool to_host) {
+  const raw_vk_driver *vk = raw->vk;
+  if (record_copy(raw, raw->cb, src, so, dst, doff, bytes, to_host)) return -1;
   VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &raw->cb};
   if (vk->vkQueueSubmit(raw->queue, 1, &submit, raw->fence) != VK_SUCCESS) return -1;
   if (vk->vkWaitForFences(raw->device, 1, &raw->fence, VK_TRUE, UINT64_MAX) != VK_SUCCESS) return -1;
@@ -498,12 +504,7 @@ static int vulkan_h2d_async(raw_baseline *raw, ferry_buffer dst, const void *src
     if (sync_range(raw, &s->staging, true)) return -1;
     from = s->staging.buffer;
   }
-  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  if (vk->vkBeginCommandBuffer(s->cb, &begin) != VK_SUCCESS) return -1;
-  VkBufferCopy region = {.srcOffset = at, .dstOffset = 0, .size = bytes};
-  vk->vkCmdCopyBuffer(s->cb, from, (VkBuffer)ferry_device_ptr(dst), 1, &region);
-  if (vk->vkEndCommandBuffer(s->cb) != VK_SUCCESS) return -1;
+  if (record_copy(raw, s->cb, from, at, (VkBuffer)ferry_device_ptr(dst), 0, bytes, false)) return -1;
   VkSubmitInfo submit = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &s->cb};
   if (vk->vkQueueSubmit(raw->queue, 1, &submit, s->fence) != VK_SUCCESS) return -1;
   s->busy = true;
@@ -542,24 +543,6 @@ static int both_make(raw_baseline *raw) {
   }
   raw->both_state = 1;
   return 0;
-}
-
-/* Records one copy into a slot's command buffer, with a barrier to the host after a read. */
-static int record_copy(raw_baseline *raw, VkCommandBuffer c, VkBuffer src, VkDeviceSize so, VkBuffer dst,
-                       VkDeviceSize doff, VkDeviceSize bytes, bool to_host) {
-  const raw_vk_driver *vk = raw->vk;
-  VkCommandBufferBeginInfo begin = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-                                    .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT};
-  if (vk->vkBeginCommandBuffer(c, &begin) != VK_SUCCESS) return -1;
-  VkBufferCopy region = {.srcOffset = so, .dstOffset = doff, .size = bytes};
-  vk->vkCmdCopyBuffer(c, src, dst, 1, &region);
-  if (to_host) {
-    VkMemoryBarrier b = {.sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-                         .srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT,
-                         .dstAccessMask = VK_ACCESS_HOST_READ_BIT};
-    vk->vkCmdPipelineBarrier(c, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &b, 0, NULL, 0, NULL);
-  }
-  return vk->vkEndCommandBuffer(c) == VK_SUCCESS ? 0 : -1;
 }
 
 /* The host side of one way: the caller's pinned block where it is one, else the
