@@ -63,16 +63,25 @@ static ferry_status held(const ferry_companion_hold *hold, const char *fn, ferry
   return FERRY_OK;
 }
 
+/* held(), and [offset, offset + bytes) inside the buffer. */
+static ferry_status held_range(const ferry_companion_hold *hold, const char *fn, size_t offset, size_t bytes,
+                               ferry_slot **out) {
+  ferry_status st = held(hold, fn, out);
+  if (st != FERRY_OK) return st;
+  if (offset > (*out)->bytes || bytes > (*out)->bytes - offset) {
+    size_t size = (*out)->bytes;
+    ferry__leave();
+    return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
+                       offset + bytes, size);
+  }
+  return FERRY_OK;
+}
+
 ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const char *fn, bool to_device, size_t offset,
                                        void *host, size_t bytes) {
   ferry_slot *slot;
-  ferry_status st = held(hold, fn, &slot);
+  ferry_status st = held_range(hold, fn, offset, bytes, &slot);
   if (st != FERRY_OK) return st;
-  if (offset > slot->bytes || bytes > slot->bytes - offset) {
-    ferry__leave();
-    return ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
-                       offset + bytes, slot->bytes);
-  }
   ferry_op op = ferry__op_host_transfer(fn, to_device, slot, offset, host, bytes);
   st = ferry__run_now(&op);
   ferry__leave();
@@ -82,13 +91,10 @@ ferry_status ferry__companion_transfer(const ferry_companion_hold *hold, const c
 ferry_status ferry__companion_transfer_async(const ferry_companion_hold *hold, const char *fn, ferry_queue queue,
                                              bool to_device, size_t offset, void *host, size_t bytes) {
   ferry_slot *slot;
-  ferry_status st = held(hold, fn, &slot);
+  ferry_status st = held_range(hold, fn, offset, bytes, &slot);
   if (st != FERRY_OK) return st;
   ferry_queue_obj *q = NULL;
-  if (offset > slot->bytes || bytes > slot->bytes - offset) {
-    st = ferry__fail(FERRY_ERROR_OUT_OF_RANGE, "%s: bytes %zu..%zu of a buffer of %zu bytes", fn, offset,
-                     offset + bytes, slot->bytes);
-  } else if ((st = ferry__queue_acquire(queue, fn, &q)) == FERRY_OK) {
+  if ((st = ferry__queue_acquire(queue, fn, &q)) == FERRY_OK) {
     if (ferry__queue_device(q) != slot->device) {
       char text[512];
       st = ferry__fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: the queue is one of %s, but %s is on another device", fn,
