@@ -472,6 +472,12 @@ static void mover_put(mover *m, bool failed) {
   mover_free(m);
 }
 
+/* Ends q's use of its mover (after its queue is idle), kept unless its work failed. */
+static void mover_end(request *q) {
+  mover_put(q->mv, q->mv_failed);
+  q->mv = NULL;
+}
+
 /* Starts the move of [offset, offset + n) of the held buffer to or from `at` on
  * the mover, the piece's completion recorded in event `e`. */
 static ferry_status mover_start(mover *m, const char *fn, const ferry_companion_hold *h, bool to_device, size_t offset,
@@ -540,7 +546,7 @@ static void request_free(request *q) {
   ferry__companion_release(&q->hold);
   free(q->reqs);
   free(q->head);
-  mover_put(q->mv, q->mv_failed); /* its DMA into or out of the staging ends first */
+  mover_end(q); /* its DMA into or out of the staging ends first */
   block_put(q->staging);
   free(q);
 }
@@ -968,8 +974,7 @@ static void send_staged(request *q, int head_len) {
     if ((rc = MPI_Isend(at, (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
       q->nreqs++;
   }
-  mover_put(m, q->mv_failed); /* its reads are done, or failed */
-  q->mv = NULL;
+  mover_end(q); /* its reads are done, or failed */
   int64_t word = device_st;
   memcpy(q->head + head_len, &word, sizeof word);
   if (rc == MPI_SUCCESS &&
@@ -1020,8 +1025,7 @@ ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int d
   }
   ferry_status unmapped = unmap_range(q);
   if (st == FERRY_OK) st = unmapped;
-  mover_put(q->mv, q->mv_failed); /* its reads into the slots end first */
-  q->mv = NULL;
+  mover_end(q); /* its reads into the slots end first */
   for (int d = 0; d < DEPTH; d++)
     block_put(slot[d]);
   request_free(q);
@@ -1157,8 +1161,7 @@ static ferry_status recv_stream(request *q) {
       st = trailer_status(fn, word, q->peer);
     }
   }
-  mover_put(q->mv, q->mv_failed); /* its writes out of the slots end first */
-  q->mv = NULL;
+  mover_end(q); /* its writes out of the slots end first */
   for (int d = 0; d < DEPTH; d++)
     block_put(slot[d]);
   stream_end(q->comm, false, q->peer, q->tag);
