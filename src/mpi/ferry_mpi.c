@@ -17,8 +17,12 @@
  * of one piece overlapping MPI's of the others: a blocking call through a few
  * slots it reuses; a non-blocking send reads each piece of its range into its
  * staging and posts it at once, a non-blocking receive writes each piece to the
- * device as the wait or test that finds it arrived. Staging memory is lent to
- * ferry's registry of pinned memory, so the device's part is one DMA.
+ * device as soon as a ferry call finds it arrived (any call that waits, for
+ * any request: progress, below). Staging memory is lent to ferry's registry of
+ * pinned memory, so the device's part is one DMA. Nothing waits for a device
+ * without moving MPI on meanwhile: with MPI's shared-memory transport copying
+ * through a buffer of its own, both ranks' calls move the bytes, and a rank
+ * blocked on its DMA held its peer's transfer back too.
  */
 #include "ferry_mpi.h"
 
@@ -196,12 +200,15 @@ typedef struct request {
   int peer, tag;     /* as given; once matched, the sender's */
   MPI_Request *reqs; /* MPI's requests of the message */
   size_t nreqs;
-  char *head;           /* a send's header (+ inline bytes, + the trailer word); a receive's HEAD_ROOM + trailer */
-  char *staging;        /* the whole range through host memory, for a device without host access */
-  void *mapped;         /* the range mapped without a copy (ferry__companion_map), until the request ends */
-  bool device_memory;   /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
-  header hd;            /* a receive's, once matched */
-  size_t landed;        /* a receive through staging: the pieces written to the device so far (or started) */
+  char *head;         /* a send's header (+ inline bytes, + the trailer word); a receive's HEAD_ROOM + trailer */
+  char *staging;      /* the whole range through host memory, for a device without host access */
+  void *mapped;       /* the range mapped without a copy (ferry__companion_map), until the request ends */
+  bool device_memory; /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
+  header hd;          /* a receive's, once matched */
+  size_t landed;      /* a receive through staging: the pieces written to the device so far (or started) */
+  int land_rc;        /* MPI's failure while landing, MPI_SUCCESS until then */
+  bool landing;       /* in the `landing` list: any thread's progress starts its pieces' writes */
+  struct request *land_next;
   struct mover *mv;     /* the device's part on a queue of its own (movers, below), or NULL */
   bool mv_failed;       /* its work failed: it is not kept */
   bool mv_done;         /* a receive's writes have all completed */
@@ -228,9 +235,20 @@ static pthread_cond_t stream_ended = PTHREAD_COND_INITIALIZER;
 static entry *table;
 static uint32_t table_count, table_cap;
 static request *unmatched; /* oldest first */
+static request *landing;   /* receives through staging with a mover and pieces still to arrive */
 static stream *streams;
 static size_t stream_count, stream_cap;
 static uint64_t pass;
+
+/* With the lock held: q out of the landing list, if it is there. */
+static void unland(request *q) {
+  if (!q->landing) return;
+  request **at = &landing;
+  while (*at != q)
+    at = &(*at)->land_next;
+  *at = q->land_next;
+  q->landing = false;
+}
 
 static void refuse(request *q, ferry_status st, const char *fmt, ...) FERRY_COMPANION_PRINTF(3, 4);
 static void refuse(request *q, ferry_status st, const char *fmt, ...) {
@@ -264,7 +282,14 @@ static request *request_new(const char *fn, const ferry_companion_hold *h, size_
     ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a request", fn);
     return NULL;
   }
-  *q = (request){.fn = fn, .hold = *h, .offset = offset, .bytes = bytes, .comm = comm, .peer = peer, .tag = tag};
+  *q = (request){.fn = fn,
+                 .hold = *h,
+                 .offset = offset,
+                 .bytes = bytes,
+                 .comm = comm,
+                 .peer = peer,
+                 .tag = tag,
+                 .land_rc = MPI_SUCCESS};
   return q;
 }
 
@@ -542,6 +567,9 @@ static ferry_status unmap_range(request *q) {
 
 static void request_free(request *q) {
   if (!q) return;
+  pthread_mutex_lock(&lock); /* a receive given up before its pieces were all in */
+  unland(q);
+  pthread_mutex_unlock(&lock);
   unmap_range(q);
   ferry__companion_release(&q->hold);
   free(q->reqs);
@@ -698,6 +726,11 @@ static void post_pieces(request *q) {
     return;
   }
   q->state = REQ_PIECES;
+  if (q->staging && q->mv) { /* its writes start in any thread's progress (land_all) */
+    q->landing = true;
+    q->land_next = landing;
+    landing = q;
+  }
 }
 
 /* Matches q's header if a message for it is there and no earlier receive may
@@ -777,6 +810,19 @@ static void advance(void) {
   }
 }
 
+static void land_all(void);
+
+/* What any waiting thread does between its polls: matches the unmatched
+ * receives (one made earlier may be what a peer waits for before it takes
+ * what this thread waits for) and starts the device writes of pieces that have
+ * arrived for any receive (land_all). */
+static void others(void) {
+  pthread_mutex_lock(&lock);
+  if (unmatched) advance();
+  if (landing) land_all();
+  pthread_mutex_unlock(&lock);
+}
+
 /* Waits for MPI requests, matching the unmatched receives meanwhile: one made
  * earlier may be what the peer waits for before it takes these (a blocking wait
  * in MPI would never let ferry match it). Busy, as MPI's own waits are, and
@@ -787,9 +833,26 @@ static int wait_all(int n, MPI_Request *r) {
   for (;;) {
     int flag = 0, rc = MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS || flag) return rc;
-    pthread_mutex_lock(&lock);
-    if (unmatched) advance();
-    pthread_mutex_unlock(&lock);
+    others();
+  }
+}
+
+/* Waits for a device's work, an event of a mover (`e`) or the whole of its
+ * queue (`qu`), moving MPI on meanwhile: the caller's own MPI requests `own`
+ * are tested (MPI's progress; they may complete, and are MPI_REQUEST_NULL
+ * then), or without any a probe of `comm` moves it, and other requests go on
+ * (others). A rank that blocked on its DMA would hold up its peer's transfer
+ * whenever MPI needs both sides' calls to move bytes. */
+static ferry_status device_wait(const ferry_event *e, const ferry_queue *qu, int n, MPI_Request *own, MPI_Comm comm) {
+  for (;;) {
+    ferry_status st = e ? ferry_event_query(*e) : ferry_queue_query(*qu);
+    if (st != FERRY_NOT_READY) return st;
+    int flag = 0;
+    if (n > 0)
+      MPI_Testall(n, own, &flag, MPI_STATUSES_IGNORE); /* a failure is the later wait's to report */
+    else
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+    others();
   }
 }
 
@@ -924,7 +987,8 @@ static ferry_status send_stream(request *q, char *slot[DEPTH]) {
           device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, slot[ds],
                                   piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
       }
-      if (rc == MPI_SUCCESS && device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[k % MOVER_EVENTS]);
+      if (rc == MPI_SUCCESS && device_st == FERRY_OK)
+        device_st = device_wait(&m->ev[k % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
       if (device_st != FERRY_OK) q->mv_failed = true;
     }
     if (rc == MPI_SUCCESS) rc = wait_all(1, &r[d]);
@@ -965,7 +1029,8 @@ static void send_staged(request *q, int head_len) {
       for (; device_st == FERRY_OK && started < n && started < k + MOVER_EVENTS; started++)
         device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, q->staging + started * piece,
                                 piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
-      if (device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[k % MOVER_EVENTS]);
+      if (device_st == FERRY_OK)
+        device_st = device_wait(&m->ev[k % MOVER_EVENTS], NULL, (int)q->nreqs, q->reqs, q->comm);
       q->mv_failed = device_st != FERRY_OK;
     } else if (device_st == FERRY_OK) {
       device_st = device_part(q->fn, &q->hold, false, q->offset + k * piece, at, len);
@@ -1143,12 +1208,13 @@ static ferry_status recv_stream(request *q) {
                       : device_part(fn, &q->hold, true, q->offset + k * piece, slot[d], len);
       size_t again = m ? k - 1 : k; /* the piece whose slot takes its next one now */
       if (m && k == 0) continue;
-      if (m && device_st == FERRY_OK) device_st = ferry_event_synchronize(m->ev[again % MOVER_EVENTS]);
+      if (m && device_st == FERRY_OK) device_st = device_wait(&m->ev[again % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
       if (again + DEPTH < n)
         rc = MPI_Irecv(slot[again % DEPTH], (int)piece_len(q->hd.total, piece, again + DEPTH), MPI_BYTE, q->peer,
                        q->tag, q->comm, &r[again % DEPTH]);
     }
-    if (m && device_st == FERRY_OK && n > 0) device_st = ferry_event_synchronize(m->ev[(n - 1) % MOVER_EVENTS]);
+    if (m && device_st == FERRY_OK && n > 0)
+      device_st = device_wait(&m->ev[(n - 1) % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
     q->mv_failed = device_st != FERRY_OK;
     int64_t word = 0;
     MPI_Request tr = MPI_REQUEST_NULL;
@@ -1168,18 +1234,17 @@ static ferry_status recv_stream(request *q) {
   return st != FERRY_OK ? st : device_st;
 }
 
-/* A receive through staging: each piece's write to the device started as soon
- * as it has arrived (MPI completes a channel's messages in order), on the
- * request's mover where it has one, while the later ones arrive; waiting for
- * them, or (`wait` false) as far as they have come. A device failure is kept,
- * and the pieces are still received. MPI's status. */
-static int land(request *q, bool wait) {
+/* With the lock held: starts the device writes of q's pieces (a receive
+ * through staging) that have arrived, in order (MPI completes a channel's
+ * messages in order), on its mover where it has one. A device failure is kept,
+ * and the pieces are still received. q leaves the landing list once every
+ * piece is in, or MPI failed (kept in land_rc). MPI's status. */
+static int land_some(request *q) {
   size_t n = pieces_of(q->hd.total, q->hd.piece);
-  while (q->landed < n) {
-    int flag = 1,
-        rc = wait ? wait_all(1, &q->reqs[q->landed]) : MPI_Test(&q->reqs[q->landed], &flag, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return rc;
-    if (!flag) break;
+  int rc = q->land_rc;
+  while (rc == MPI_SUCCESS && q->landed < n) {
+    int flag = 0;
+    if ((rc = MPI_Test(&q->reqs[q->landed], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !flag) break;
     size_t k = q->landed++, len = piece_len(q->hd.total, q->hd.piece, k), at = k * q->hd.piece;
     if (q->result == FERRY_OK) {
       ferry_status st = q->mv ? mover_start(q->mv, q->fn, &q->hold, true, q->offset + at, q->staging + at, len, -1)
@@ -1190,7 +1255,35 @@ static int land(request *q, bool wait) {
       }
     }
   }
-  return MPI_SUCCESS;
+  q->land_rc = rc;
+  if (rc != MPI_SUCCESS || q->landed == n) unland(q);
+  return rc;
+}
+
+/* With the lock held: every landing receive goes as far as its pieces have come. */
+static void land_all(void) {
+  for (request *q = landing, *next; q; q = next) {
+    next = q->land_next; /* land_some may take q off the list */
+    land_some(q);
+  }
+}
+
+/* A receive through staging, its pieces' writes started as they arrive;
+ * waiting for every piece, or (`wait` false) as far as they have come: *all
+ * says whether every piece is in (until then another thread's progress may
+ * test them: land_all). MPI's status. */
+static int land(request *q, bool wait, bool *all) {
+  size_t n = pieces_of(q->hd.total, q->hd.piece);
+  for (;;) {
+    pthread_mutex_lock(&lock);
+    int rc = land_some(q);
+    *all = q->landed == n;
+    pthread_mutex_unlock(&lock);
+    if (rc != MPI_SUCCESS || *all || !wait) return rc;
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, q->comm, &flag, MPI_STATUS_IGNORE); /* MPI's progress */
+    others();
+  }
 }
 
 /* Moves a request on, waiting or not; *done once it has ended. */
@@ -1211,9 +1304,13 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
   case REQ_FAILED: *done = true; return ferry__companion_fail(q->result, "%s", q->why);
   case REQ_SEND:
   case REQ_PIECES:
-    if (q->state == REQ_PIECES && q->staging && (rc = land(q, wait)) != MPI_SUCCESS) {
-      *done = true;
-      return mpi_failed(fn, wait ? "MPI_Wait" : "MPI_Test", rc);
+    if (q->state == REQ_PIECES && q->staging) {
+      bool all = false;
+      if ((rc = land(q, wait, &all)) != MPI_SUCCESS) {
+        *done = true;
+        return mpi_failed(fn, wait ? "MPI_Wait" : "MPI_Test", rc);
+      }
+      if (!all) return FERRY_OK;
     }
     rc = wait ? wait_all((int)q->nreqs, q->reqs) : MPI_Testall((int)q->nreqs, q->reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
@@ -1222,9 +1319,9 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
     }
     if (!wait && !flag) return FERRY_OK;
     if (q->state == REQ_PIECES && q->staging) {
-      land(q, false); /* every piece is in: the ones a test found late */
       if (q->mv && !q->mv_done) {
-        ferry_status moved = wait ? ferry_queue_synchronize(q->mv->queue) : ferry_queue_query(q->mv->queue);
+        ferry_status moved =
+            wait ? device_wait(NULL, &q->mv->queue, 0, NULL, q->comm) : ferry_queue_query(q->mv->queue);
         if (moved == FERRY_NOT_READY) return FERRY_OK;
         q->mv_done = true;
         if (moved != FERRY_OK) {
@@ -1286,6 +1383,7 @@ ferry_status ferry_mpi_irecv(ferry_buffer buf, size_t offset, size_t bytes, int 
         *at = q->next;
         break;
       }
+    unland(q);
     pthread_mutex_unlock(&lock);
     if (q->nreqs) wait_all((int)q->nreqs, q->reqs);
     request_free(q);

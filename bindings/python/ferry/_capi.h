@@ -29,7 +29,7 @@
 #include <stddef.h>
 
 #define FERRY_PY_CAPI_NAME    "ferry._ferry._C_API"
-#define FERRY_PY_CAPI_VERSION 4
+#define FERRY_PY_CAPI_VERSION 5
 
 typedef struct ferry_py_capi {
   int version; /* FERRY_PY_CAPI_VERSION */
@@ -67,7 +67,7 @@ typedef struct ferry_py_capi {
   ferry_status (*event_create)(ferry_event *out);
   ferry_status (*event_destroy)(ferry_event event);
   ferry_status (*event_record)(ferry_event event, ferry_queue queue);
-  ferry_status (*event_synchronize)(ferry_event event);
+  ferry_status (*event_query)(ferry_event event);
 
   /* ferry._ferry's own, with the GIL. */
   /* The handle of a live ferry.Buffer: 0; else a Python exception set

@@ -115,4 +115,4 @@ ferry_status ferry_event_record(ferry_event event, ferry_queue queue) {
   return ferry__py_capi->event_record(event, queue);
 }
 
-ferry_status ferry_event_synchronize(ferry_event event) { return ferry__py_capi->event_synchronize(event); }
+ferry_status ferry_event_query(ferry_event event) { return ferry__py_capi->event_query(event); }
