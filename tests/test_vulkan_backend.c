@@ -811,6 +811,40 @@ static void lane_failures(ferry_device *dev, ferry_lane *lane, vbuf *a) {
   ops->gate_destroy(dev, g);
 }
 
+/* Each new lane is at home on the VkQueue fewest lanes are: a queue of its own
+ * while the family has one that no lane uses, then the least shared; a lane
+ * destroyed gives its place back. */
+static void lane_homes(ferry_device *dev) {
+  vkb_device *d = dev->impl;
+  const ferry_device_ops *ops = dev->ops;
+  ferry_lane *l[VKB_COMPUTE_QUEUES + 1] = {0};
+  uint32_t n = d->compute_count + 1, before[VKB_COMPUTE_QUEUES] = {0};
+  bool equal = true;
+  for (uint32_t k = 0; k < d->compute_count; k++) {
+    before[k] = d->queues[k].lanes;
+    equal = equal && before[k] == before[0];
+  }
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t least = UINT32_MAX;
+    for (uint32_t k = 0; k < d->compute_count; k++)
+      if (d->queues[k].lanes < least) least = d->queues[k].lanes;
+    CHECK_OK(ops->lane_create(dev, &l[i]));
+    if (!l[i]) break;
+    const vkb_lane *v = (const vkb_lane *)l[i];
+    CHECK_MSG(v->home->lanes == least + 1, "lane %u went to a VkQueue with %u lanes; the least used had %u", i,
+              v->home->lanes - 1, least);
+    for (uint32_t j = 0; equal && j < i && i < d->compute_count; j++)
+      CHECK_MSG(((const vkb_lane *)l[j])->home != v->home, "lanes %u and %u share a VkQueue of %u", j, i,
+                d->compute_count);
+  }
+  printf("  %u VkQueue(s) of family %u for lanes\n", d->compute_count, d->compute->family);
+  for (uint32_t i = 0; i < n; i++)
+    if (l[i]) ops->lane_destroy(dev, l[i]);
+  for (uint32_t k = 0; k < d->compute_count; k++)
+    CHECK_MSG(d->queues[k].lanes == before[k], "VkQueue %u: %u lanes after, %u before", k, d->queues[k].lanes,
+              before[k]);
+}
+
 static void lanes(ferry_device *dev, const ferry_device_info *info, const char *mode) {
   (void)info;
   vkb_device *d = dev->impl;
@@ -823,6 +857,7 @@ static void lanes(ferry_device *dev, const ferry_device_info *info, const char *
   }
   CHECK(!strstr(mode, "notimeline"));
   CHECK(ops->lane_create && ops->marker && ops->lane_wait && ops->ticket_query && ops->ticket_elapsed);
+  lane_homes(dev);
   if (!strstr(mode, "gates")) {
     /* Gates only where asked for (vulkan.c says why); the lanes are tested in the
      * modes with gates, and the queues below either way. */

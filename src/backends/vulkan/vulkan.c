@@ -412,7 +412,9 @@ static ferry_status device_open(ferry_device *dev, VkPhysicalDevice phys, uint32
   if (ext.portability_subset) names[count++] = VK_KHR_PORTABILITY_SUBSET_EXTENSION_NAME;
   uint32_t base_count = count;
   if (want_timeline && !core12) names[count++] = VK_KHR_TIMELINE_SEMAPHORE_EXTENSION_NAME;
-  float priorities[VKB_COMPUTE_QUEUES] = {1.0f, 1.0f, 1.0f, 1.0f};
+  float priorities[VKB_COMPUTE_QUEUES];
+  for (int i = 0; i < VKB_COMPUTE_QUEUES; i++)
+    priorities[i] = 1.0f; /* every queue alike: a ferry queue's VkQueue is no more urgent than another's */
   VkDeviceQueueCreateInfo queues[2] = {{.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
                                         .queueFamilyIndex = compute.index,
                                         .queueCount = compute.count,

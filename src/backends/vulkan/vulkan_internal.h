@@ -26,7 +26,7 @@
 #define VKB_BLOCK_MIN      ((VkDeviceSize)2 << 20)
 #define VKB_BLOCK_MAX      ((VkDeviceSize)64 << 20)
 #define VKB_SUBALLOC_LIMIT (1u << 20) /* sub-allocate when maxMemoryAllocationCount is below this */
-#define VKB_COMPUTE_QUEUES 4          /* queues of the compute family, at most, that lanes are spread over */
+#define VKB_COMPUTE_QUEUES 16         /* queues of the compute family, at most, that lanes are spread over */
 #define VKB_XFER_QUEUES    2          /* and of a transfer family (FERRY_VULKAN_DEBUG=transferqueue) */
 #define VKB_QUEUES_MAX     (VKB_COMPUTE_QUEUES + VKB_XFER_QUEUES)
 
@@ -81,7 +81,8 @@ typedef struct vkb_queue {
   pthread_mutex_t lock;     /* vkQueueSubmit, vkQueueWaitIdle: a queue is externally synchronised */
   pthread_mutex_t ctx_lock; /* free_ctx */
   vkb_ctx *free_ctx;
-  bool ready; /* the locks are initialised */
+  uint32_t lanes; /* lanes at home on it (under the device's lanes_lock): a new lane takes the least used */
+  bool ready;     /* the locks are initialised */
 } vkb_queue;
 
 struct vkb_gate;
@@ -98,6 +99,7 @@ typedef struct vkb_lane {
   uint64_t base;                 /* the timeline's value when the lane was made (a pooled semaphore goes on counting) */
   uint64_t last;                 /* the value the latest submission signals */
   vkb_ctx *flight, *flight_tail; /* contexts submitted, in order, until the timeline passes them */
+  vkb_ctx *spare;                /* the lane's own contexts once done: its command pools, reused first */
   struct vkb_gate *gate;         /* the latest gate pushed, and the value waited for */
   uint64_t gate_value;
   _Atomic uint64_t done; /* a value the timeline is known to have reached */
@@ -222,9 +224,9 @@ typedef struct vkb_device {
   PFN_vkGetSemaphoreCounterValue get_counter;
   PFN_vkWaitSemaphores wait_semaphores;
   PFN_vkSignalSemaphore signal_semaphore;
-  pthread_mutex_t lanes_lock; /* the lane table's indices, the pools, lane_turn */
+  pthread_mutex_t lanes_lock; /* the lane table's indices, the pools, the queues' lane counts */
   _Atomic(vkb_lane *) *lane_pages[VKB_LANE_PAGES];
-  uint32_t lane_next, *lane_free, lane_free_count, lane_free_cap, lane_turn;
+  uint32_t lane_next, *lane_free, lane_free_count, lane_free_cap;
   vkb_pooled_timeline *timelines;
   uint32_t timeline_count, timeline_cap;
   vkb_gate *free_gates;
@@ -381,8 +383,10 @@ typedef struct vkb_submit_extra {
 ferry_status ferry__vkb_lane_submit(ferry_device *dev, vkb_lane *l, vkb_queue *queue, vkb_ctx *c,
                                     const vkb_submit_extra *extra, const char *what, uint64_t *out_value);
 ferry_ticket ferry__vkb_lane_ticket(const vkb_lane *l, uint64_t value);
-/* Contexts of the lane whose submissions completed go back to their queues. */
+/* Contexts of the lane whose submissions completed become its spares (ferry__vkb_lane_spare). */
 void ferry__vkb_lane_reclaim(ferry_device *dev, vkb_lane *l);
+/* One of the lane's own done contexts for `queue` (ferry__vkb_lane_reclaim made them so), or NULL. */
+vkb_ctx *ferry__vkb_lane_spare(vkb_lane *l, vkb_queue *queue);
 /* Waits for everything submitted on the lane so far (the synchronous write and read). */
 ferry_status ferry__vkb_lane_settle(ferry_device *dev, vkb_lane *l);
 ferry_status ferry__vkb_lane_create(ferry_device *dev, ferry_lane **out);

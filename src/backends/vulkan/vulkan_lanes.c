@@ -304,11 +304,36 @@ void ferry__vkb_lane_reclaim(ferry_device *dev, vkb_lane *l) {
     back = c;
   }
   if (!l->flight) l->flight_tail = NULL;
-  pthread_mutex_unlock(&l->lock);
-  while (back) {
+  while (back) { /* the lane's own, for its next submissions */
     vkb_ctx *c = back;
     back = c->next;
+    c->next = l->spare;
+    l->spare = c;
+  }
+  pthread_mutex_unlock(&l->lock);
+}
+
+vkb_ctx *ferry__vkb_lane_spare(vkb_lane *l, vkb_queue *queue) {
+  pthread_mutex_lock(&l->lock);
+  vkb_ctx **at = &l->spare;
+  while (*at && (*at)->queue != queue)
+    at = &(*at)->next;
+  vkb_ctx *c = *at;
+  if (c) *at = c->next;
+  pthread_mutex_unlock(&l->lock);
+  return c;
+}
+
+/* A lane's spare contexts back to their queues' pools, for the lanes to come. */
+static void lane_spares_back(vkb_lane *l) {
+  pthread_mutex_lock(&l->lock);
+  vkb_ctx *c = l->spare;
+  l->spare = NULL;
+  pthread_mutex_unlock(&l->lock);
+  while (c) {
+    vkb_ctx *next = c->next;
     ferry__vkb_ctx_give(c);
+    c = next;
   }
 }
 
@@ -384,8 +409,28 @@ void ferry__vkb_ticket_release(ferry_device *dev, ferry_ticket ticket) {
 
 /* ---- lanes ------------------------------------------------------------------------- */
 
-/* A new lane on `home` (NULL: the next compute queue in turn, and the next
- * transfer queue in turn for DMA). */
+/* Of `count` queues from `first`, the one fewest lanes are at home on (the
+ * first of those), counted in; under lanes_lock. */
+static vkb_queue *least_used(vkb_queue *first, uint32_t count) {
+  vkb_queue *best = first;
+  for (uint32_t i = 1; i < count; i++)
+    if (first[i].lanes < best->lanes) best = &first[i];
+  best->lanes++;
+  return best;
+}
+
+/* Undoes least_used for a lane's queues (not the device's own lane, which
+ * counts in none); under lanes_lock. */
+static void lane_uncount(vkb_lane *l, bool own) {
+  if (own) return;
+  if (l->home) l->home->lanes--;
+  if (l->xfer && l->xfer != l->home) l->xfer->lanes--;
+}
+
+/* A new lane on `home` (the device's own lane), else on a VkQueue of its own
+ * while the family has one that no lane uses, then on the least used (its
+ * submissions then share that VkQueue in the order they are made); DMA on the
+ * least used transfer queue, where there are any. */
 static ferry_status lane_new(ferry_device *dev, vkb_queue *home, vkb_lane **out) {
   vkb_device *d = dev->impl;
   vkb_lane *l = calloc(1, sizeof *l);
@@ -413,9 +458,8 @@ static ferry_status lane_new(ferry_device *dev, vkb_queue *home, vkb_lane **out)
     free(l);
     return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for the lane table of %s", dev->label);
   }
-  uint32_t turn = d->lane_turn++;
-  l->home = home ? home : &d->queues[turn % d->compute_count];
-  l->xfer = home ? home : d->xfer_count ? &d->queues[d->compute_count + turn % d->xfer_count] : l->home;
+  l->home = home ? home : least_used(d->queues, d->compute_count);
+  l->xfer = home ? home : d->xfer_count ? least_used(&d->queues[d->compute_count], d->xfer_count) : l->home;
   if (d->timeline_count > 0) {
     vkb_pooled_timeline p = d->timelines[--d->timeline_count];
     l->timeline = p.semaphore;
@@ -441,6 +485,7 @@ static ferry_status lane_new(ferry_device *dev, vkb_queue *home, vkb_lane **out)
   if (st == FERRY_OK && !l->timeline) st = timeline_make(dev, &l->timeline, "a lane");
   if (st != FERRY_OK) {
     pthread_mutex_lock(&d->lanes_lock);
+    lane_uncount(l, home != NULL);
     if (l->timeline && d->timeline_count < d->timeline_cap)
       d->timelines[d->timeline_count++] = (vkb_pooled_timeline){l->timeline, l->base};
     if (l->index) d->lane_free[d->lane_free_count++] = l->index; /* lane_free has room for every index */
@@ -466,7 +511,9 @@ static void lane_free(ferry_device *dev, vkb_lane *l) {
   note_done(l, l->last);
   invalidate_passed(dev, l);
   ferry__vkb_lane_reclaim(dev, l);
+  lane_spares_back(l);
   pthread_mutex_lock(&d->lanes_lock);
+  lane_uncount(l, false);
   atomic_store_explicit(&d->lane_pages[l->index / VKB_LANE_PAGE][l->index % VKB_LANE_PAGE], NULL, memory_order_release);
   d->lane_free[d->lane_free_count++] = l->index;
   bool kept = d->timeline_count < d->timeline_cap;
@@ -697,8 +744,7 @@ ferry_status ferry__vkb_lanes_setup(ferry_device *dev) {
   if (!d->lane_free || !d->timelines)
     return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for the lane table of %s", dev->label);
   vkb_lane *own = NULL;
-  ferry_status st = lane_new(dev, d->compute, &own);
-  d->lane_turn = 0; /* the core's lanes start on the first queue */
+  ferry_status st = lane_new(dev, d->compute, &own); /* counted on no queue: the core's first lane has the first */
   if (st == FERRY_OK) d->own_lane = own;
   return st;
 }
@@ -713,6 +759,7 @@ void ferry__vkb_lanes_teardown(vkb_device *d) {
       l->flight = c->next;
       ferry__vkb_ctx_give(c);
     }
+    lane_spares_back(l);
     v->vkDestroySemaphore(d->device, l->timeline, NULL);
     pthread_mutex_destroy(&l->lock);
     free(l);

@@ -316,12 +316,17 @@ static vkb_ctx *ctx_pop(vkb_queue *queue) {
   return c;
 }
 
+/* A context for `queue`: on a lane, one of the lane's own that is done (each
+ * ferry queue records on command pools of its own, with no lock shared with
+ * other queues once it has as many as it keeps in flight), else one of the
+ * queue's pool, else a new one. */
 ferry_status ferry__vkb_ctx_take(ferry_device *dev, vkb_lane *lane, vkb_queue *queue, vkb_ctx **out) {
-  vkb_ctx *c = ctx_pop(queue);
+  vkb_ctx *c = lane ? ferry__vkb_lane_spare(lane, queue) : NULL;
   if (!c && lane) {
     ferry__vkb_lane_reclaim(dev, lane);
-    c = ctx_pop(queue);
+    c = ferry__vkb_lane_spare(lane, queue);
   }
+  if (!c) c = ctx_pop(queue);
   if (!c) {
     c = calloc(1, sizeof *c);
     if (!c) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a command context on %s", dev->label);
