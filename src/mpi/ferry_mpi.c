@@ -13,16 +13,15 @@
  *
  * Where the bytes go: a buffer whose memory the CPU addresses directly (native,
  * checked, zero-copy and registered buffers) is given to MPI as it is. Any other
- * is read or written through host memory, piece by piece, the device's transfer
- * of one piece overlapping MPI's of the others: a blocking call through a few
- * slots it reuses; a non-blocking send reads each piece of its range into its
- * staging and posts it at once, a non-blocking receive writes each piece to the
- * device as soon as a ferry call finds it arrived (any call that waits, for
- * any request: progress, below). Staging memory is lent to ferry's registry of
- * pinned memory, so the device's part is one DMA. Nothing waits for a device
- * without moving MPI on meanwhile: with MPI's shared-memory transport copying
- * through a buffer of its own, both ranks' calls move the bytes, and a rank
- * blocked on its DMA held its peer's transfer back too.
+ * is read or written through host memory, piece by piece, through a ring of a
+ * few slots of its request (rings, below), the device's transfer of one piece
+ * overlapping MPI's of the others, blocking and non-blocking calls alike; every
+ * ferry call that waits moves every such request on, and nothing waits for a
+ * device without moving MPI on meanwhile (with MPI's shared-memory transport
+ * copying through a buffer of its own, both ranks' calls move the bytes, so a
+ * rank blocked on its DMA would hold its peer's transfer back too). Staging
+ * memory is lent to ferry's registry of pinned memory, so the device's part is
+ * one DMA.
  */
 #include "ferry_mpi.h"
 
@@ -46,7 +45,7 @@
 #define MIN_PIECE    ((size_t)64 << 10) /* the least FERRY_MPI_PIECE (and a header's piece) may be */
 #define WHOLE_PIECE  ((size_t)1 << 30)  /* the same when the sender has every byte in host memory at once */
 #define INLINE_MAX   ((size_t)32 << 10) /* messages up to this many bytes travel inside their header */
-#define DEPTH        3                  /* pieces in flight in a blocking transfer through host memory */
+#define DEPTH        3                  /* pieces in flight in a collective through host memory */
 #define HEADER_MAGIC 0x494d5046u        /* "FPMI" */
 
 typedef struct header {
@@ -169,31 +168,46 @@ static size_t piece_len(size_t total, size_t piece, size_t k) {
  * matched by a probe, under `lock`, in the order the receives were made (a
  * receive is not given a message that an earlier, still unmatched one could
  * take, as MPI's own order says), and in the same critical section the
- * message's pieces are either all posted at once or their (communicator,
- * source, tag) is marked as a stream that nobody else probes until its owner
- * has received the pieces one by one. Senders mirror this: a message's MPI
- * messages are posted at once under the lock, or its (communicator,
- * destination, tag) is a stream that other sends to it wait for. Matching
- * happens whenever a ferry call runs (a receive, a wait, a test); nothing is
- * ever blocked on inside MPI while the lock is held, except a refused message's
- * pieces being taken off the channel (the sender sends them regardless). */
+ * message's pieces are either all posted at once (into host memory the CPU
+ * addresses) or their (communicator, source, tag) is marked as a stream that
+ * nobody else probes until the receive has posted its last piece's receive.
+ * Senders mirror this: a message's MPI messages are posted at once under the
+ * lock, or its (communicator, destination, tag) is a stream; a send to a stream
+ * that is busy, or that an earlier send still waits for, waits in turn (queued:
+ * a non-blocking send never blocks).
+ *
+ * A message through host memory goes through a ring of a few piece-sized slots
+ * of its request (RING): the sender reads piece k into a slot once the MPI send
+ * of the piece that slot held has completed and posts it once read; the
+ * receiver posts piece k's receive once the device write out of that slot is
+ * done and starts the write once it has arrived. Those requests are `active`:
+ * every ferry call that waits moves every active request on (progress_all), as
+ * MPI's own progress moves every MPI request, so a window of messages needs a
+ * ring each, not its whole length in staging memory, and the bytes cross a few
+ * slots that stay in the processor's caches. Matching happens whenever a ferry
+ * call runs (a receive, a wait, a test); nothing is ever blocked on inside MPI
+ * while the lock is held, except a refused message's pieces being taken off
+ * the channel (the sender sends them regardless). */
 
 typedef enum req_state {
   REQ_SEND,      /* a send: its MPI messages posted */
+  REQ_QUEUED,    /* a send waiting for its stream (active): nothing posted yet */
+  REQ_SENDING,   /* a send through its ring (active): the header posted, pieces going */
   REQ_NOTHING,   /* to or from MPI_PROC_NULL */
   REQ_UNMATCHED, /* a receive whose header has not been matched yet */
   REQ_INLINE,    /* matched: the bytes came inside the header */
-  REQ_PIECES,    /* matched: every piece and the trailer posted */
-  REQ_STREAM,    /* matched: the owner receives the pieces itself, through host memory */
+  REQ_PIECES,    /* matched: every piece and the trailer posted, into host memory */
+  REQ_RECEIVING, /* matched: the pieces through its ring (active until every write is done) */
   REQ_FAILED,    /* matched and refused, or failed: `why` says so */
 } req_state;
+
+#define RING 4 /* slots of a message's ring; at most MOVER_EVENTS */
 
 #define HEAD_ROOM (sizeof(header) + INLINE_MAX) /* the largest header (bytes inside) */
 
 typedef struct request {
   const char *fn; /* the call that made it */
   req_state state;
-  bool stream; /* a receive through host memory piece by piece (blocking receives) */
   ferry_companion_hold hold;
   size_t offset, bytes; /* the range */
   MPI_Comm comm;
@@ -201,17 +215,25 @@ typedef struct request {
   MPI_Request *reqs; /* MPI's requests of the message */
   size_t nreqs;
   char *head;         /* a send's header (+ inline bytes, + the trailer word); a receive's HEAD_ROOM + trailer */
-  char *staging;      /* the whole range through host memory, for a device without host access */
+  char *staging;      /* the ring's slots, for a device without host access */
   void *mapped;       /* the range mapped without a copy (ferry__companion_map), until the request ends */
   bool device_memory; /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
   header hd;          /* a receive's, once matched */
-  size_t landed;      /* a receive through staging: the pieces written to the device so far (or started) */
-  int land_rc;        /* MPI's failure while landing, MPI_SUCCESS until then */
-  bool landing;       /* in the `landing` list: any thread's progress starts its pieces' writes */
-  struct request *land_next;
+  /* The ring: `slots` slots of `slot` bytes; pieces of `piece` bytes, `pieces`
+   * of them. A send: `started` pieces read (or being read), `moved` posted to MPI;
+   * reqs[0] the header, reqs[1 + k % slots] piece k's, reqs[1 + slots] the
+   * trailer. A receive: `started` pieces' receives posted, `moved` arrived (their
+   * writes started); reqs[k % slots] piece k's, reqs[slots] the trailer. */
+  size_t slots, slot, piece, pieces, started, moved;
+  int head_len;        /* a send's header length (the trailer word follows it) */
+  const char *from;    /* a queued send's bytes in host memory (NULL: through its ring) */
+  bool trailer_posted; /* a receive's trailer receive is posted (its stream ended) */
+  bool ring_done;      /* a receive: every piece and the trailer in, every write done */
+  ferry_status device; /* the first failure of the device's part (a send's trailer says it) */
+  bool active;         /* in the `active` list */
+  struct request *active_next;
   struct mover *mv;     /* the device's part on a queue of its own (movers, below), or NULL */
   bool mv_failed;       /* its work failed: it is not kept */
-  bool mv_done;         /* a receive's writes have all completed */
   ferry_status result;  /* REQ_FAILED's status, or the first failure of a request that goes on */
   char why[600];        /* REQ_FAILED's sentence, set on whichever thread matched it */
   uint64_t missed;      /* the last matching pass in which it found nothing */
@@ -231,23 +253,32 @@ typedef struct entry {
 } entry;
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t stream_ended = PTHREAD_COND_INITIALIZER;
 static entry *table;
 static uint32_t table_count, table_cap;
 static request *unmatched; /* oldest first */
-static request *landing;   /* receives through staging with a mover and pieces still to arrive */
+static request *active;    /* sends queued or through their ring, receives through their ring; oldest first */
 static stream *streams;
 static size_t stream_count, stream_cap;
 static uint64_t pass;
 
-/* With the lock held: q out of the landing list, if it is there. */
-static void unland(request *q) {
-  if (!q->landing) return;
-  request **at = &landing;
+/* With the lock held: q at the end of the active list. */
+static void activate(request *q) {
+  request **at = &active;
+  while (*at)
+    at = &(*at)->active_next;
+  *at = q;
+  q->active_next = NULL;
+  q->active = true;
+}
+
+/* With the lock held: q out of the active list, if it is there. */
+static void deactivate(request *q) {
+  if (!q->active) return;
+  request **at = &active;
   while (*at != q)
-    at = &(*at)->land_next;
-  *at = q->land_next;
-  q->landing = false;
+    at = &(*at)->active_next;
+  *at = q->active_next;
+  q->active = false;
 }
 
 static void refuse(request *q, ferry_status st, const char *fmt, ...) FERRY_COMPANION_PRINTF(3, 4);
@@ -282,14 +313,7 @@ static request *request_new(const char *fn, const ferry_companion_hold *h, size_
     ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for a request", fn);
     return NULL;
   }
-  *q = (request){.fn = fn,
-                 .hold = *h,
-                 .offset = offset,
-                 .bytes = bytes,
-                 .comm = comm,
-                 .peer = peer,
-                 .tag = tag,
-                 .land_rc = MPI_SUCCESS};
+  *q = (request){.fn = fn, .hold = *h, .offset = offset, .bytes = bytes, .comm = comm, .peer = peer, .tag = tag};
   return q;
 }
 
@@ -321,8 +345,9 @@ static block_info *info_of(char *p) { return (block_info *)(void *)(p - BLOCK_HE
 static size_t block_size(char *p) { return info_of(p)->size; }
 
 /* Bytes the pool keeps: a sixteenth of the machine's memory, from 256 MiB to
- * 2 GiB (a window of four 256 MiB messages each way, as `ferry-mpi-bench bibw`
- * sends them, without lending and registering blocks again). */
+ * 2 GiB (the rings of the messages on their way, at most four slots of a piece
+ * each, and a message of whole pieces from a sender with its bytes in host
+ * memory: up to two 1 GiB slots), without lending and registering blocks again. */
 static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
 static size_t pool_keep;
 
@@ -403,8 +428,6 @@ static void block_put(char *p) {
     block_free(gone[i]);
   if (p) block_free(p);
 }
-
-static char *staging_get(request *q, size_t n) { return q->staging = block_get(n); }
 
 /* ---- movers: the device's part on a queue of its own ---------------------------------- *
  *
@@ -567,8 +590,8 @@ static ferry_status unmap_range(request *q) {
 
 static void request_free(request *q) {
   if (!q) return;
-  pthread_mutex_lock(&lock); /* a receive given up before its pieces were all in */
-  unland(q);
+  pthread_mutex_lock(&lock); /* a request given up before its ring was done */
+  deactivate(q);
   pthread_mutex_unlock(&lock);
   unmap_range(q);
   ferry__companion_release(&q->hold);
@@ -665,15 +688,13 @@ static bool stream_add(MPI_Comm comm, bool send, int rank, int tag) {
   return true;
 }
 
+/* With the lock held. */
 static void stream_end(MPI_Comm comm, bool send, int rank, int tag) {
-  pthread_mutex_lock(&lock);
   for (size_t i = 0; i < stream_count; i++)
     if (streams[i].send == send && streams[i].comm == comm && streams[i].rank == rank && streams[i].tag == tag) {
       streams[i] = streams[--stream_count];
       break;
     }
-  pthread_cond_broadcast(&stream_ended);
-  pthread_mutex_unlock(&lock);
 }
 
 /* Is this a ferry header? */
@@ -701,14 +722,14 @@ static void drain(const header *hd, int source, int tag, MPI_Comm comm) {
   free(scratch);
 }
 
-/* Posts the receives of every piece and of the trailer of q's matched message. */
-static void post_pieces(request *q) {
+/* Posts the receives of every piece and of the trailer of q's matched message
+ * straight into `to`: host memory the CPU addresses (the buffer's own, or its
+ * range mapped). */
+static void post_pieces(request *q, char *to) {
   size_t n = pieces_of(q->hd.total, q->hd.piece);
-  char *to = q->hold.host ? (char *)q->hold.host + q->offset : q->mapped;
-  if (!to && !q->mv) q->mv = mover_get(&q->hold);
-  if (!(q->reqs = malloc((n + 1) * sizeof *q->reqs)) || (!to && !(to = staging_get(q, q->hd.total)))) {
+  if (!(q->reqs = malloc((n + 1) * sizeof *q->reqs))) {
     drain(&q->hd, q->peer, q->tag, q->comm);
-    refuse(q, FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to receive %llu bytes", q->fn,
+    refuse(q, FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for the %zu requests of %llu bytes", q->fn, n + 1,
            (unsigned long long)q->hd.total);
     return;
   }
@@ -726,12 +747,251 @@ static void post_pieces(request *q) {
     return;
   }
   q->state = REQ_PIECES;
-  if (q->staging && q->mv) { /* its writes start in any thread's progress (land_all) */
-    q->landing = true;
-    q->land_next = landing;
-    landing = q;
+}
+
+/* ---- rings ---------------------------------------------------------------------------------- */
+
+/* q's ring for a message of `total` bytes in pieces of `piece`: at most RING
+ * slots of a piece each (two for pieces above 64 MiB, which only a sender with
+ * every byte in host memory makes), in one staging block, and its MPI requests
+ * (the slots' and `extra` more), all MPI_REQUEST_NULL; and its mover. */
+static ferry_status ring_make(request *q, size_t total, size_t piece, size_t extra) {
+  q->piece = piece;
+  q->pieces = pieces_of(total, piece);
+  q->slot = piece < total ? piece : total;
+  q->slots = q->pieces < RING ? q->pieces : RING;
+  if (q->slot > ((size_t)64 << 20) && q->slots > 2) q->slots = 2;
+  q->device = FERRY_OK;
+  if (!(q->reqs = malloc((q->slots + extra) * sizeof *q->reqs)) || !(q->staging = block_get(q->slots * q->slot)))
+    return ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", q->fn,
+                                 q->slots * q->slot);
+  for (size_t i = 0; i < q->slots + extra; i++)
+    q->reqs[i] = MPI_REQUEST_NULL;
+  q->nreqs = q->slots + extra;
+  if (!q->mv) q->mv = mover_get(&q->hold);
+  return FERRY_OK;
+}
+
+static char *slot_of(const request *q, size_t k) { return q->staging + (k % q->slots) * q->slot; }
+
+/* The device's part of q failed: kept, for the trailer (a send) and the wait;
+ * the pieces still go (the peer expects them all), without the device. */
+static void device_failed(request *q, ferry_status st) {
+  if (q->device == FERRY_OK) q->device = st;
+  keep_failure(q, st);
+  q->mv_failed = q->mv != NULL;
+}
+
+/* Starts piece k's move between the device and its slot: on q's mover (its
+ * completion in the mover's event k % MOVER_EVENTS), else synchronously. */
+static void piece_start(request *q, bool to_device, size_t k) {
+  if (q->device != FERRY_OK) return;
+  size_t total = to_device ? q->hd.total : q->bytes, at = q->offset + k * q->piece;
+  size_t len = piece_len(total, q->piece, k);
+  ferry_status st =
+      q->mv ? mover_start(q->mv, q->fn, &q->hold, to_device, at, slot_of(q, k), len, (int)(k % MOVER_EVENTS))
+            : device_part(q->fn, &q->hold, to_device, at, slot_of(q, k), len);
+  if (st != FERRY_OK) device_failed(q, st);
+}
+
+/* Has piece k's move between the device and its slot completed? */
+static bool piece_moved(request *q, size_t k) {
+  if (!q->mv || q->device != FERRY_OK) return true;
+  ferry_status st = ferry_event_query(q->mv->ev[k % MOVER_EVENTS]);
+  if (st == FERRY_NOT_READY) return false;
+  if (st != FERRY_OK) device_failed(q, st);
+  return true;
+}
+
+/* An MPI call of a ring failed: its request ends with MPI's words. */
+static void ring_failed_mpi(request *q, const char *call, int rc) {
+  ferry_status st = mpi_failed(q->fn, call, rc);
+  q->result = FERRY_OK; /* MPI's failure comes first */
+  keep_failure(q, st);
+}
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+/* May q, a send, post its header now (lock held)? Not while a message in
+ * pieces to the same place is on its way, nor before an earlier send to it. */
+static bool send_may_start(const request *q) {
+  if (stream_busy(q->comm, true, q->peer, q->tag)) return false;
+  for (const request *o = active; o && o != q; o = o->active_next)
+    if (o->state == REQ_QUEUED && o->comm == q->comm && o->peer == q->peer && o->tag == q->tag) return false;
+  return true;
+}
+
+/* Posts q's header (lock held), with its pieces and trailer where its bytes
+ * are all in host memory (q->from): REQ_SEND; else makes its ring (only a
+ * message on its way has one: a window of them to one place takes one ring at
+ * a time) and marks the stream: REQ_SENDING. */
+static void send_begin(request *q) {
+  size_t n = q->hd.piece ? pieces_of(q->bytes, q->hd.piece) : 0;
+  ferry_status st = q->from ? FERRY_OK : ring_make(q, q->bytes, q->hd.piece, 2);
+  if (st == FERRY_OK && !q->from && !stream_add(q->comm, true, q->peer, q->tag))
+    st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
+  if (st != FERRY_OK) {
+    refuse(q, st, "%s", ferry_last_error()); /* nothing was posted */
+    return;
+  }
+  int rc = MPI_Isend(q->head, q->head_len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[0]);
+  for (size_t k = 0; rc == MPI_SUCCESS && q->from && k < n; k++)
+    rc = MPI_Isend(q->from + k * q->hd.piece, (int)piece_len(q->bytes, q->hd.piece, k), MPI_BYTE, q->peer, q->tag,
+                   q->comm, &q->reqs[1 + k]);
+  if (rc == MPI_SUCCESS && q->from && n > 0)
+    rc = MPI_Isend(q->head + q->head_len, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[1 + n]);
+  q->state = q->from ? REQ_SEND : REQ_SENDING;
+  if (rc != MPI_SUCCESS) {
+    /* What was posted goes out; the receiver then finds a message cut short only
+     * if MPI itself failed midway, which MPI's error handler has seen first. */
+    ring_failed_mpi(q, "MPI_Isend", rc);
+    if (!q->from) stream_end(q->comm, true, q->peer, q->tag);
+    q->state = REQ_SEND;
   }
 }
+
+/* Moves a send on (lock held): a queued one posts its header once it may; a
+ * ring reads piece k into its slot once the send of the piece the slot held has
+ * completed, and posts it once read; after the last, the trailer (what the
+ * device's reads came to) ends the stream: REQ_SEND, out of the active list. */
+static void send_step(request *q) {
+  if (q->state == REQ_QUEUED) {
+    if (!send_may_start(q)) return;
+    send_begin(q);
+  }
+  if (q->state != REQ_SENDING) {
+    deactivate(q);
+    return;
+  }
+  int rc = MPI_SUCCESS;
+  const char *call = "MPI_Isend";
+  for (bool moving = true; moving && rc == MPI_SUCCESS;) {
+    moving = false;
+    for (; q->moved < q->started && piece_moved(q, q->moved); q->moved++, moving = true) {
+      size_t k = q->moved;
+      if ((rc = MPI_Isend(slot_of(q, k), (int)piece_len(q->bytes, q->piece, k), MPI_BYTE, q->peer, q->tag, q->comm,
+                          &q->reqs[1 + k % q->slots])) != MPI_SUCCESS)
+        break;
+    }
+    while (rc == MPI_SUCCESS && q->started < q->pieces) {
+      size_t k = q->started;
+      if (k >= q->slots) {
+        int flag = 0;
+        if (k - q->slots >= q->moved) break; /* the slot's piece is not even posted */
+        if ((rc = MPI_Test(&q->reqs[1 + k % q->slots], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) call = "MPI_Test";
+        if (rc != MPI_SUCCESS || !flag) break;
+      }
+      piece_start(q, false, k);
+      q->started++;
+      moving = true;
+    }
+  }
+  if (rc == MPI_SUCCESS && q->moved == q->pieces) {
+    int64_t word = q->device;
+    memcpy(q->head + q->head_len, &word, sizeof word);
+    rc = MPI_Isend(q->head + q->head_len, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[1 + q->slots]);
+    if (rc == MPI_SUCCESS) {
+      stream_end(q->comm, true, q->peer, q->tag);
+      q->state = REQ_SEND;
+      deactivate(q);
+      return;
+    }
+  }
+  if (rc != MPI_SUCCESS) {
+    ring_failed_mpi(q, call, rc);
+    stream_end(q->comm, true, q->peer, q->tag);
+    q->state = REQ_SEND;
+    deactivate(q);
+  }
+}
+
+/* ---- receiving through a ring ------------------------------------------------------------ */
+
+/* Moves a receive through its ring on (lock held): piece k's receive is posted
+ * once the device's write out of its slot (of the piece before it there) is
+ * done, and its write starts once it has arrived; after the last piece's
+ * receive the trailer's, which ends the stream; done once the trailer is in
+ * and every write has completed (ring_done, out of the active list). */
+static void recv_step(request *q) {
+  int rc = MPI_SUCCESS;
+  const char *call = "MPI_Test";
+  for (bool moving = true; moving && rc == MPI_SUCCESS;) {
+    moving = false;
+    while (q->moved < q->started) {
+      int flag = 0;
+      if ((rc = MPI_Test(&q->reqs[q->moved % q->slots], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !flag) break;
+      piece_start(q, true, q->moved);
+      q->moved++;
+      moving = true;
+    }
+    while (rc == MPI_SUCCESS && q->started < q->pieces) {
+      size_t k = q->started;
+      if (k >= q->slots && (k - q->slots >= q->moved || !piece_moved(q, k - q->slots))) break;
+      if ((rc = MPI_Irecv(slot_of(q, k), (int)piece_len(q->hd.total, q->piece, k), MPI_BYTE, q->peer, q->tag, q->comm,
+                          &q->reqs[k % q->slots])) != MPI_SUCCESS) {
+        call = "MPI_Irecv";
+        break;
+      }
+      q->started++;
+      moving = true;
+    }
+  }
+  if (rc == MPI_SUCCESS && q->started == q->pieces && !q->trailer_posted) {
+    if ((rc = MPI_Irecv(q->head + HEAD_ROOM, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[q->slots])) ==
+        MPI_SUCCESS) {
+      q->trailer_posted = true;
+      stream_end(q->comm, false, q->peer, q->tag); /* the next message from there may be matched */
+    } else {
+      call = "MPI_Irecv";
+    }
+  }
+  int flag = 0;
+  if (rc == MPI_SUCCESS && q->trailer_posted && q->moved == q->pieces &&
+      (rc = MPI_Test(&q->reqs[q->slots], &flag, MPI_STATUS_IGNORE)) == MPI_SUCCESS && flag) {
+    ferry_status st = q->mv && q->device == FERRY_OK ? ferry_queue_query(q->mv->queue) : FERRY_OK;
+    if (st == FERRY_NOT_READY) return;
+    if (st != FERRY_OK) device_failed(q, st);
+    q->ring_done = true;
+    deactivate(q);
+    return;
+  }
+  if (rc != MPI_SUCCESS) {
+    ring_failed_mpi(q, call, rc);
+    if (!q->trailer_posted) stream_end(q->comm, false, q->peer, q->tag);
+    q->trailer_posted = true;
+    q->ring_done = true;
+    deactivate(q);
+  }
+}
+
+/* q, matched, through its ring (lock held): the stream is marked, the first
+ * pieces' receives posted. */
+static void recv_ring_start(request *q) {
+  ferry_status st = ring_make(q, q->hd.total, q->hd.piece, 1);
+  if (st == FERRY_OK && !stream_add(q->comm, false, q->peer, q->tag))
+    st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
+  if (st != FERRY_OK) {
+    drain(&q->hd, q->peer, q->tag, q->comm);
+    refuse(q, st, "%s", ferry_last_error());
+    return;
+  }
+  q->state = REQ_RECEIVING;
+  activate(q);
+  recv_step(q);
+}
+
+/* Every active request moved on, oldest first (lock held). */
+static void progress_all(void) {
+  for (request *q = active, *next; q; q = next) {
+    next = q->active_next; /* a step may take q (only q) off the list */
+    if (q->state == REQ_RECEIVING)
+      recv_step(q);
+    else
+      send_step(q);
+  }
+}
+
+/* ---- matching ------------------------------------------------------------------------------- */
 
 /* Matches q's header if a message for it is there and no earlier receive may
  * take it; with the lock held. True once q is matched (or failed). */
@@ -765,6 +1025,7 @@ static bool match(request *q) {
   rc = MPI_Mrecv(into, len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
   bool ferry_message = rc == MPI_SUCCESS && into == q->head && parse_head(into, len, &q->hd);
   if (into != q->head) free(into);
+  char *to = NULL;
   if (rc != MPI_SUCCESS) {
     refuse_mpi(q, "MPI_Mrecv", rc);
   } else if (!ferry_message) {
@@ -780,17 +1041,10 @@ static bool match(request *q) {
            q->fn, q->peer, q->tag, (unsigned long long)q->hd.total, q->bytes);
   } else if (q->hd.piece == 0) {
     q->state = REQ_INLINE;
-  } else if (map_range(q, q->hd.total, true)) {
-    post_pieces(q);
-  } else if (q->stream && q->hd.piece < WHOLE_PIECE) {
-    if (stream_add(q->comm, false, q->peer, q->tag)) {
-      q->state = REQ_STREAM;
-    } else {
-      drain(&q->hd, q->peer, q->tag, q->comm);
-      refuse(q, FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
-    }
+  } else if ((to = q->hold.host ? (char *)q->hold.host + q->offset : map_range(q, q->hd.total, true))) {
+    post_pieces(q, to);
   } else {
-    post_pieces(q);
+    recv_ring_start(q);
   }
   return true;
 }
@@ -810,16 +1064,13 @@ static void advance(void) {
   }
 }
 
-static void land_all(void);
-
 /* What any waiting thread does between its polls: matches the unmatched
  * receives (one made earlier may be what a peer waits for before it takes
- * what this thread waits for) and starts the device writes of pieces that have
- * arrived for any receive (land_all). */
+ * what this thread waits for) and moves every active request on. */
 static void others(void) {
   pthread_mutex_lock(&lock);
   if (unmatched) advance();
-  if (landing) land_all();
+  if (active) progress_all();
   pthread_mutex_unlock(&lock);
 }
 
@@ -833,25 +1084,6 @@ static int wait_all(int n, MPI_Request *r) {
   for (;;) {
     int flag = 0, rc = MPI_Testall(n, r, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS || flag) return rc;
-    others();
-  }
-}
-
-/* Waits for a device's work, an event of a mover (`e`) or the whole of its
- * queue (`qu`), moving MPI on meanwhile: the caller's own MPI requests `own`
- * are tested (MPI's progress; they may complete, and are MPI_REQUEST_NULL
- * then), or without any a probe of `comm` moves it, and other requests go on
- * (others). A rank that blocked on its DMA would hold up its peer's transfer
- * whenever MPI needs both sides' calls to move bytes. */
-static ferry_status device_wait(const ferry_event *e, const ferry_queue *qu, int n, MPI_Request *own, MPI_Comm comm) {
-  for (;;) {
-    ferry_status st = e ? ferry_event_query(*e) : ferry_queue_query(*qu);
-    if (st != FERRY_NOT_READY) return st;
-    int flag = 0;
-    if (n > 0)
-      MPI_Testall(n, own, &flag, MPI_STATUSES_IGNORE); /* a failure is the later wait's to report */
-    else
-      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
     others();
   }
 }
@@ -877,13 +1109,15 @@ static bool still_unmatched(request *q) {
   return waiting;
 }
 
-/* ---- sending --------------------------------------------------------------------------- */
+/* ---- the calls that send ------------------------------------------------------------------ */
+
+static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_status);
 
 /* q's header, in q->hd and, with the bytes when they fit inside, in q->head,
  * and after it a trailer word 0 (for a message in pieces whose bytes are all
- * read already); *out_len the header's length. `staged`: the sender reads its
- * device piece by piece. */
-static ferry_status make_head(request *q, bool staged, int *out_len) {
+ * read already); q->head_len the header's length. `staged`: the sender reads
+ * its device piece by piece. */
+static ferry_status make_head(request *q, bool staged) {
   bool inline_bytes = q->bytes <= INLINE_MAX;
   size_t len = sizeof(header) + (inline_bytes ? q->bytes : 0);
   char *head = calloc(1, len + sizeof(int64_t));
@@ -902,7 +1136,7 @@ static ferry_status make_head(request *q, bool staged, int *out_len) {
     return st;
   }
   q->head = head;
-  *out_len = (int)len;
+  q->head_len = (int)len;
   return FERRY_OK;
 }
 
@@ -925,132 +1159,49 @@ static ferry_status trailer_status(const char *fn, int64_t word, int source) {
                                fn, source, ferry_status_name((ferry_status)word));
 }
 
-/* Posts a send's MPI messages: the header, and the pieces and trailer from
- * `from` when the bytes are all in host memory already (`from` non-NULL), else
- * (a message in pieces) marks the stream for its owner. Waits for another
- * thread's stream to the same place first. */
-static ferry_status post_send(request *q, int head_len, const char *from) {
-  size_t n = q->hd.piece ? pieces_of(q->bytes, q->hd.piece) : 0;
-  if (!(q->reqs = malloc((n + 2) * sizeof *q->reqs)))
-    return ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %zu requests", q->fn, n + 2);
-  pthread_mutex_lock(&lock);
-  while (stream_busy(q->comm, true, q->peer, q->tag))
-    pthread_cond_wait(&stream_ended, &lock);
-  if (n > 0 && !from && !stream_add(q->comm, true, q->peer, q->tag)) {
-    pthread_mutex_unlock(&lock);
-    return ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
+/* A send of the checked range (a blocking one when `out` is NULL, else made
+ * a request there): its header made, its bytes handed to MPI as they are where
+ * the CPU addresses them, else through its ring; posted at once, or queued
+ * behind an earlier message to the same place. */
+static ferry_status send_make(const char *fn, ferry_companion_hold *h, size_t offset, size_t bytes, int dest, int tag,
+                              MPI_Comm comm, request **out_q, ferry_mpi_request *out) {
+  request *q = request_new(fn, h, offset, bytes, comm, dest, tag);
+  if (!q) {
+    ferry__companion_release(h);
+    return FERRY_ERROR_OUT_OF_MEMORY;
   }
-  int rc = MPI_Isend(q->head, head_len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[0]);
-  const char *call = "MPI_Isend";
-  if (rc == MPI_SUCCESS) q->nreqs = 1;
-  for (size_t k = 0; rc == MPI_SUCCESS && from && k < n; k++)
-    if ((rc = MPI_Isend(from + k * q->hd.piece, (int)piece_len(q->bytes, q->hd.piece, k), MPI_BYTE, q->peer, q->tag,
-                        q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
-      q->nreqs++;
-  if (rc == MPI_SUCCESS && from && n > 0 &&
-      (rc = MPI_Isend(q->head + head_len, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
-    q->nreqs++;
-  pthread_mutex_unlock(&lock);
-  if (rc != MPI_SUCCESS) {
-    /* What was posted goes out; the receiver then finds a message cut short only
-     * if MPI itself failed midway, which MPI's error handler has seen first. */
-    if (q->nreqs) wait_all((int)q->nreqs, q->reqs);
-    q->nreqs = 0;
-    if (n > 0 && !from) stream_end(q->comm, true, q->peer, q->tag);
-    return mpi_failed(q->fn, call, rc);
-  }
-  return FERRY_OK;
-}
-
-/* The pieces of q's message through host memory (DEPTH slots of a piece each,
- * allocated before the header went), each read from the device while the ones
- * before it are sent (on q's mover, the next piece's read starting before this
- * one is posted); then the trailer. The stream is marked. */
-static ferry_status send_stream(request *q, char *slot[DEPTH]) {
-  size_t piece = q->hd.piece, n = pieces_of(q->bytes, piece), started = 0;
-  ferry_status st = FERRY_OK, device_st = FERRY_OK;
-  int rc = MPI_SUCCESS;
-  MPI_Request r[DEPTH];
-  for (int d = 0; d < DEPTH; d++)
-    r[d] = MPI_REQUEST_NULL;
-  mover *m = q->mv;
-  /* Every piece goes out even when the device could not give it (the receiver
-   * expects them all); the trailer then says so. */
-  for (size_t k = 0; k < n; k++) {
-    int d = (int)(k % DEPTH);
-    size_t len = piece_len(q->bytes, piece, k);
-    if (m) {
-      /* Reads of pieces k and k + 1, each into its slot once the slot's send is done. */
-      for (; rc == MPI_SUCCESS && device_st == FERRY_OK && started < n && started <= k + 1; started++) {
-        int ds = (int)(started % DEPTH);
-        if ((rc = wait_all(1, &r[ds])) == MPI_SUCCESS)
-          device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, slot[ds],
-                                  piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
+  ferry_status st = FERRY_OK;
+  q->state = dest == MPI_PROC_NULL ? REQ_NOTHING : REQ_SEND;
+  if (q->state == REQ_SEND) {
+    q->from = h->host ? (const char *)h->host + offset : NULL;
+    bool staged = bytes > INLINE_MAX && !q->from && !(q->from = map_range(q, bytes, false));
+    if ((st = make_head(q, staged)) == FERRY_OK && !staged) {
+      if (!q->from) q->from = q->head; /* the bytes are inside the header */
+      size_t n = q->hd.piece ? pieces_of(bytes, q->hd.piece) : 0;
+      if ((q->reqs = malloc((n + 2) * sizeof *q->reqs))) {
+        for (size_t i = 0; i < n + 2; i++)
+          q->reqs[i] = MPI_REQUEST_NULL;
+        q->nreqs = n + 2;
+      } else {
+        st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory for %zu requests", fn, n + 2);
       }
-      if (rc == MPI_SUCCESS && device_st == FERRY_OK)
-        device_st = device_wait(&m->ev[k % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
-      if (device_st != FERRY_OK) q->mv_failed = true;
     }
-    if (rc == MPI_SUCCESS) rc = wait_all(1, &r[d]);
-    if (rc != MPI_SUCCESS) break;
-    if (!m && device_st == FERRY_OK)
-      device_st = device_part(q->fn, &q->hold, false, q->offset + k * piece, slot[d], len);
-    if ((rc = MPI_Isend(slot[d], (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &r[d])) != MPI_SUCCESS) break;
   }
-  if (rc != MPI_SUCCESS) st = mpi_failed(q->fn, "MPI_Isend", rc);
-  rc = wait_all(DEPTH, r);
-  if (rc != MPI_SUCCESS && st == FERRY_OK) st = mpi_failed(q->fn, "MPI_Waitall", rc);
-  if (st == FERRY_OK) {
-    int64_t word = device_st;
-    if ((rc = MPI_Isend(&word, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &r[0])) != MPI_SUCCESS ||
-        (rc = wait_all(1, &r[0])) != MPI_SUCCESS)
-      st = mpi_failed(q->fn, "MPI_Isend", rc);
+  if (!q->mapped) debug_path(fn, h, bytes, NULL);
+  if (st == FERRY_OK && out) st = publish(q, out);
+  if (st != FERRY_OK) {
+    request_free(q);
+    return st;
   }
-  stream_end(q->comm, true, q->peer, q->tag);
-  return st != FERRY_OK ? st : device_st;
-}
-
-/* A non-blocking send through host memory, after post_send marked its stream:
- * piece k read from the device into the request's staging (lent to ferry's
- * pinned registry, so one DMA) and posted at once, MPI moving it while piece k+1
- * is read; then the trailer. Every piece goes even when the device could not
- * give it (the receiver expects them all): the trailer says so, and the failure
- * is kept for the wait, as an MPI failure here is. */
-static void send_staged(request *q, int head_len) {
-  size_t piece = q->hd.piece, n = pieces_of(q->bytes, piece), started = 0;
-  ferry_status device_st = FERRY_OK;
-  int rc = MPI_SUCCESS;
-  mover *m = q->mv = mover_get(&q->hold);
-  for (size_t k = 0; k < n && rc == MPI_SUCCESS; k++) {
-    size_t len = piece_len(q->bytes, piece, k);
-    char *at = q->staging + k * piece;
-    if (device_st == FERRY_OK && m) {
-      /* The reads of the next pieces run while this one is posted. */
-      for (; device_st == FERRY_OK && started < n && started < k + MOVER_EVENTS; started++)
-        device_st = mover_start(m, q->fn, &q->hold, false, q->offset + started * piece, q->staging + started * piece,
-                                piece_len(q->bytes, piece, started), (int)(started % MOVER_EVENTS));
-      if (device_st == FERRY_OK)
-        device_st = device_wait(&m->ev[k % MOVER_EVENTS], NULL, (int)q->nreqs, q->reqs, q->comm);
-      q->mv_failed = device_st != FERRY_OK;
-    } else if (device_st == FERRY_OK) {
-      device_st = device_part(q->fn, &q->hold, false, q->offset + k * piece, at, len);
-    }
-    if (device_st != FERRY_OK) keep_failure(q, device_st);
-    if ((rc = MPI_Isend(at, (int)len, MPI_BYTE, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
-      q->nreqs++;
+  if (q->state == REQ_SEND) {
+    pthread_mutex_lock(&lock);
+    q->state = REQ_QUEUED;
+    activate(q);
+    progress_all(); /* posts it where it may go now, and moves the others on */
+    pthread_mutex_unlock(&lock);
   }
-  mover_end(q); /* its reads are done, or failed */
-  int64_t word = device_st;
-  memcpy(q->head + head_len, &word, sizeof word);
-  if (rc == MPI_SUCCESS &&
-      (rc = MPI_Isend(q->head + head_len, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &q->reqs[q->nreqs])) == MPI_SUCCESS)
-    q->nreqs++;
-  stream_end(q->comm, true, q->peer, q->tag);
-  if (rc != MPI_SUCCESS) {
-    ferry_status mpi_st = mpi_failed(q->fn, "MPI_Isend", rc);
-    q->result = FERRY_OK; /* MPI's failure comes first */
-    keep_failure(q, mpi_st);
-  }
+  *out_q = q;
+  return FERRY_OK;
 }
 
 ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int dest, int tag, MPI_Comm comm) {
@@ -1058,41 +1209,10 @@ ferry_status ferry_mpi_send(ferry_buffer buf, size_t offset, size_t bytes, int d
   ferry_companion_hold h;
   ferry_status st = send_checks(fn, buf, offset, bytes, dest, tag, comm, &h);
   if (st != FERRY_OK) return st;
-  if (dest == MPI_PROC_NULL) {
-    ferry__companion_release(&h);
-    return FERRY_OK;
-  }
-  request *q = request_new(fn, &h, offset, bytes, comm, dest, tag);
-  if (!q) {
-    ferry__companion_release(&h);
-    return FERRY_ERROR_OUT_OF_MEMORY;
-  }
-  const char *direct = h.host ? (const char *)h.host + offset : map_range(q, bytes, false);
-  if (!q->mapped) debug_path(fn, &h, bytes, NULL);
-  bool pieces = bytes > INLINE_MAX, stream = pieces && !direct;
-  char *slot[DEPTH] = {0};
-  int head_len = 0;
-  size_t piece = staged_piece();
-  if (piece > bytes) piece = bytes;
-  for (int d = 0; stream && d < DEPTH && st == FERRY_OK; d++)
-    if (!(slot[d] = block_get(piece)))
-      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, piece);
-  if (st == FERRY_OK) st = make_head(q, stream, &head_len);
-  if (st == FERRY_OK) st = post_send(q, head_len, stream ? NULL : direct ? direct : q->head);
-  if (st == FERRY_OK && stream) {
-    q->mv = mover_get(&h);
-    st = send_stream(q, slot);
-    int rc = wait_all(1, &q->reqs[0]);
-    if (rc != MPI_SUCCESS && st == FERRY_OK) st = mpi_failed(fn, "MPI_Wait", rc);
-  } else if (st == FERRY_OK) {
-    int rc = wait_all((int)q->nreqs, q->reqs);
-    if (rc != MPI_SUCCESS) st = mpi_failed(fn, "MPI_Waitall", rc);
-  }
-  ferry_status unmapped = unmap_range(q);
-  if (st == FERRY_OK) st = unmapped;
-  mover_end(q); /* its reads into the slots end first */
-  for (int d = 0; d < DEPTH; d++)
-    block_put(slot[d]);
+  request *q = NULL;
+  if ((st = send_make(fn, &h, offset, bytes, dest, tag, comm, &q, NULL)) != FERRY_OK) return st;
+  bool done = false;
+  st = progress(q, true, &done, MPI_STATUS_IGNORE);
   request_free(q);
   return st;
 }
@@ -1104,32 +1224,11 @@ ferry_status ferry_mpi_isend(ferry_buffer buf, size_t offset, size_t bytes, int 
   ferry_companion_hold h;
   ferry_status st = send_checks(fn, buf, offset, bytes, dest, tag, comm, &h);
   if (st != FERRY_OK) return st;
-  request *q = request_new(fn, &h, offset, bytes, comm, dest, tag);
-  if (!q) {
-    ferry__companion_release(&h);
-    return FERRY_ERROR_OUT_OF_MEMORY;
-  }
-  q->state = dest == MPI_PROC_NULL ? REQ_NOTHING : REQ_SEND;
-  int head_len = 0;
-  if (q->state == REQ_SEND) {
-    const char *from = h.host ? (const char *)h.host + offset : NULL;
-    bool staged = bytes > INLINE_MAX && !from && !(from = map_range(q, bytes, false));
-    st = make_head(q, staged, &head_len);
-    if (st == FERRY_OK && staged && !staging_get(q, bytes))
-      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, bytes);
-    if (st == FERRY_OK) st = post_send(q, head_len, staged ? NULL : from ? from : q->head);
-    if (st == FERRY_OK && staged) send_staged(q, head_len);
-  }
-  if (!q->mapped) debug_path(fn, &h, bytes, NULL);
-  if (st == FERRY_OK) st = publish(q, out_request);
-  if (st != FERRY_OK) {
-    if (q->nreqs) wait_all((int)q->nreqs, q->reqs);
-    request_free(q);
-  }
-  return st;
+  request *q = NULL;
+  return send_make(fn, &h, offset, bytes, dest, tag, comm, &q, out_request);
 }
 
-/* ---- receiving --------------------------------------------------------------------------- */
+/* ---- the calls that receive ---------------------------------------------------------------- */
 
 static ferry_status recv_checks(const char *fn, ferry_buffer buf, size_t offset, size_t bytes, int source, int tag,
                                 MPI_Comm comm, ferry_companion_hold *h) {
@@ -1152,7 +1251,7 @@ static void set_status(MPI_Status *out, int source, int tag, size_t bytes) {
 
 /* A new receive, enqueued for matching. */
 static ferry_status recv_start(const char *fn, ferry_buffer buf, size_t offset, size_t bytes, int source, int tag,
-                               MPI_Comm comm, bool stream, request **out) {
+                               MPI_Comm comm, request **out) {
   ferry_companion_hold h;
   ferry_status st = recv_checks(fn, buf, offset, bytes, source, tag, comm, &h);
   if (st != FERRY_OK) return st;
@@ -1163,7 +1262,6 @@ static ferry_status recv_start(const char *fn, ferry_buffer buf, size_t offset, 
     ferry__companion_release(&h);
     return FERRY_ERROR_OUT_OF_MEMORY;
   }
-  q->stream = stream && !h.host;
   if (source == MPI_PROC_NULL) {
     q->state = REQ_NOTHING;
   } else if (!(q->head = malloc(HEAD_ROOM + sizeof(int64_t)))) {
@@ -1176,116 +1274,6 @@ static ferry_status recv_start(const char *fn, ferry_buffer buf, size_t offset, 
   return FERRY_OK;
 }
 
-/* The pieces of q's message through host memory, piece k written to the
- * device while k+1.. arrive; then the trailer. The stream is marked. */
-static ferry_status recv_stream(request *q) {
-  const char *fn = q->fn;
-  size_t piece = q->hd.piece, n = pieces_of(q->hd.total, piece), slot_bytes = piece < q->hd.total ? piece : q->hd.total;
-  ferry_status st = FERRY_OK, device_st = FERRY_OK;
-  char *slot[DEPTH] = {0};
-  MPI_Request r[DEPTH];
-  for (int d = 0; d < DEPTH; d++)
-    r[d] = MPI_REQUEST_NULL;
-  for (int d = 0; d < DEPTH && st == FERRY_OK; d++)
-    if (!(slot[d] = block_get(slot_bytes)))
-      st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to stage %zu bytes", fn, slot_bytes);
-  if (st != FERRY_OK) {
-    drain(&q->hd, q->peer, q->tag, q->comm);
-  } else {
-    int rc = MPI_SUCCESS;
-    for (size_t k = 0; k < n && k < DEPTH && rc == MPI_SUCCESS; k++)
-      rc = MPI_Irecv(slot[k], (int)piece_len(q->hd.total, piece, k), MPI_BYTE, q->peer, q->tag, q->comm, &r[k]);
-    /* A device failure keeps receiving (the sender must not be left waiting) and
-     * is returned at the end. With a mover, piece k's write runs while k + 1
-     * arrives, and a slot takes its next piece once its write is done. */
-    mover *m = q->mv = mover_get(&q->hold);
-    for (size_t k = 0; k < n && rc == MPI_SUCCESS; k++) {
-      int d = (int)(k % DEPTH);
-      if ((rc = wait_all(1, &r[d])) != MPI_SUCCESS) break;
-      size_t len = piece_len(q->hd.total, piece, k);
-      if (device_st == FERRY_OK)
-        device_st = m ? mover_start(m, fn, &q->hold, true, q->offset + k * piece, slot[d], len, (int)(k % MOVER_EVENTS))
-                      : device_part(fn, &q->hold, true, q->offset + k * piece, slot[d], len);
-      size_t again = m ? k - 1 : k; /* the piece whose slot takes its next one now */
-      if (m && k == 0) continue;
-      if (m && device_st == FERRY_OK) device_st = device_wait(&m->ev[again % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
-      if (again + DEPTH < n)
-        rc = MPI_Irecv(slot[again % DEPTH], (int)piece_len(q->hd.total, piece, again + DEPTH), MPI_BYTE, q->peer,
-                       q->tag, q->comm, &r[again % DEPTH]);
-    }
-    if (m && device_st == FERRY_OK && n > 0)
-      device_st = device_wait(&m->ev[(n - 1) % MOVER_EVENTS], NULL, DEPTH, r, q->comm);
-    q->mv_failed = device_st != FERRY_OK;
-    int64_t word = 0;
-    MPI_Request tr = MPI_REQUEST_NULL;
-    if (rc == MPI_SUCCESS && (rc = MPI_Irecv(&word, 1, MPI_INT64_T, q->peer, q->tag, q->comm, &tr)) == MPI_SUCCESS)
-      rc = wait_all(1, &tr);
-    if (rc != MPI_SUCCESS) {
-      wait_all(DEPTH, r);
-      st = mpi_failed(fn, "MPI_Recv", rc);
-    } else if (device_st == FERRY_OK) {
-      st = trailer_status(fn, word, q->peer);
-    }
-  }
-  mover_end(q); /* its writes out of the slots end first */
-  for (int d = 0; d < DEPTH; d++)
-    block_put(slot[d]);
-  stream_end(q->comm, false, q->peer, q->tag);
-  return st != FERRY_OK ? st : device_st;
-}
-
-/* With the lock held: starts the device writes of q's pieces (a receive
- * through staging) that have arrived, in order (MPI completes a channel's
- * messages in order), on its mover where it has one. A device failure is kept,
- * and the pieces are still received. q leaves the landing list once every
- * piece is in, or MPI failed (kept in land_rc). MPI's status. */
-static int land_some(request *q) {
-  size_t n = pieces_of(q->hd.total, q->hd.piece);
-  int rc = q->land_rc;
-  while (rc == MPI_SUCCESS && q->landed < n) {
-    int flag = 0;
-    if ((rc = MPI_Test(&q->reqs[q->landed], &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS || !flag) break;
-    size_t k = q->landed++, len = piece_len(q->hd.total, q->hd.piece, k), at = k * q->hd.piece;
-    if (q->result == FERRY_OK) {
-      ferry_status st = q->mv ? mover_start(q->mv, q->fn, &q->hold, true, q->offset + at, q->staging + at, len, -1)
-                              : device_part(q->fn, &q->hold, true, q->offset + at, q->staging + at, len);
-      if (st != FERRY_OK) {
-        keep_failure(q, st);
-        q->mv_failed = q->mv != NULL;
-      }
-    }
-  }
-  q->land_rc = rc;
-  if (rc != MPI_SUCCESS || q->landed == n) unland(q);
-  return rc;
-}
-
-/* With the lock held: every landing receive goes as far as its pieces have come. */
-static void land_all(void) {
-  for (request *q = landing, *next; q; q = next) {
-    next = q->land_next; /* land_some may take q off the list */
-    land_some(q);
-  }
-}
-
-/* A receive through staging, its pieces' writes started as they arrive;
- * waiting for every piece, or (`wait` false) as far as they have come: *all
- * says whether every piece is in (until then another thread's progress may
- * test them: land_all). MPI's status. */
-static int land(request *q, bool wait, bool *all) {
-  size_t n = pieces_of(q->hd.total, q->hd.piece);
-  for (;;) {
-    pthread_mutex_lock(&lock);
-    int rc = land_some(q);
-    *all = q->landed == n;
-    pthread_mutex_unlock(&lock);
-    if (rc != MPI_SUCCESS || *all || !wait) return rc;
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, q->comm, &flag, MPI_STATUS_IGNORE); /* MPI's progress */
-    others();
-  }
-}
-
 /* Moves a request on, waiting or not; *done once it has ended. */
 static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_status) {
   const char *fn = q->fn;
@@ -1294,6 +1282,16 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
   if (q->state == REQ_UNMATCHED) {
     while (still_unmatched(q)) /* each pass probes, which is MPI's progress (see wait_all) */
       if (!wait) return FERRY_OK;
+  }
+  /* A ring (or a queued send) goes on in every waiting call's progress_all; here until it is through. */
+  for (;;) {
+    pthread_mutex_lock(&lock);
+    if (q->active) progress_all();
+    bool going = q->active;
+    pthread_mutex_unlock(&lock);
+    if (!going) break;
+    if (!wait) return FERRY_OK;
+    if (unmatched) others();
   }
   ferry_status st = FERRY_OK;
   switch (q->state) {
@@ -1304,32 +1302,12 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
   case REQ_FAILED: *done = true; return ferry__companion_fail(q->result, "%s", q->why);
   case REQ_SEND:
   case REQ_PIECES:
-    if (q->state == REQ_PIECES && q->staging) {
-      bool all = false;
-      if ((rc = land(q, wait, &all)) != MPI_SUCCESS) {
-        *done = true;
-        return mpi_failed(fn, wait ? "MPI_Wait" : "MPI_Test", rc);
-      }
-      if (!all) return FERRY_OK;
-    }
     rc = wait ? wait_all((int)q->nreqs, q->reqs) : MPI_Testall((int)q->nreqs, q->reqs, &flag, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
       *done = true;
       return mpi_failed(fn, wait ? "MPI_Waitall" : "MPI_Testall", rc);
     }
     if (!wait && !flag) return FERRY_OK;
-    if (q->state == REQ_PIECES && q->staging) {
-      if (q->mv && !q->mv_done) {
-        ferry_status moved =
-            wait ? device_wait(NULL, &q->mv->queue, 0, NULL, q->comm) : ferry_queue_query(q->mv->queue);
-        if (moved == FERRY_NOT_READY) return FERRY_OK;
-        q->mv_done = true;
-        if (moved != FERRY_OK) {
-          keep_failure(q, moved);
-          q->mv_failed = true;
-        }
-      }
-    }
     *done = true;
     if (q->state == REQ_SEND) {
       ferry_status unmapped = unmap_range(q);
@@ -1342,15 +1320,25 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
     ferry_status unmapped = unmap_range(q);
     if (st == FERRY_OK) st = unmapped;
     break;
+  case REQ_RECEIVING: {
+    *done = true;
+    if (q->result != FERRY_OK) {
+      /* MPI's failure or the device's: what MPI still has posted into the ring ends before the ring goes. */
+      if (q->nreqs) wait_all((int)q->nreqs, q->reqs);
+      return ferry__companion_fail(q->result, "%s", q->why);
+    }
+    int64_t word;
+    memcpy(&word, q->head + HEAD_ROOM, sizeof word);
+    st = trailer_status(fn, word, q->peer);
+    break;
+  }
   case REQ_INLINE:
     *done = true;
     st = device_part(fn, &q->hold, true, q->offset, q->head + sizeof(header), q->hd.total);
     break;
-  case REQ_STREAM:
-    *done = true;
-    st = recv_stream(q);
-    break;
-  case REQ_UNMATCHED: return FERRY_OK; /* not reached */
+  case REQ_UNMATCHED:
+  case REQ_QUEUED:
+  case REQ_SENDING: return FERRY_OK; /* not reached */
   }
   if (st == FERRY_OK) set_status(out_status, q->peer, q->tag, q->hd.total);
   return st;
@@ -1359,7 +1347,7 @@ static ferry_status progress(request *q, bool wait, bool *done, MPI_Status *out_
 ferry_status ferry_mpi_recv(ferry_buffer buf, size_t offset, size_t bytes, int source, int tag, MPI_Comm comm,
                             MPI_Status *out_status) {
   request *q = NULL;
-  ferry_status st = recv_start("ferry_mpi_recv", buf, offset, bytes, source, tag, comm, true, &q);
+  ferry_status st = recv_start("ferry_mpi_recv", buf, offset, bytes, source, tag, comm, &q);
   if (st != FERRY_OK) return st;
   bool done = false;
   st = progress(q, true, &done, out_status);
@@ -1372,7 +1360,7 @@ ferry_status ferry_mpi_irecv(ferry_buffer buf, size_t offset, size_t bytes, int 
   static const char fn[] = "ferry_mpi_irecv";
   if (!out_request) return ferry__companion_fail(FERRY_ERROR_INVALID_ARGUMENT, "%s: out_request is NULL", fn);
   request *q = NULL;
-  ferry_status st = recv_start(fn, buf, offset, bytes, source, tag, comm, false, &q);
+  ferry_status st = recv_start(fn, buf, offset, bytes, source, tag, comm, &q);
   if (st != FERRY_OK) return st;
   if ((st = publish(q, out_request)) != FERRY_OK) {
     /* Not yet matched: out of the queue. Matched already: nothing is lost but
@@ -1383,7 +1371,7 @@ ferry_status ferry_mpi_irecv(ferry_buffer buf, size_t offset, size_t bytes, int 
         *at = q->next;
         break;
       }
-    unland(q);
+    deactivate(q);
     pthread_mutex_unlock(&lock);
     if (q->nreqs) wait_all((int)q->nreqs, q->reqs);
     request_free(q);

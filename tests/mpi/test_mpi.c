@@ -8,7 +8,8 @@
  * and non-blocking (tests polled to completion), MPI_ANY_SOURCE and MPI_ANY_TAG
  * with the status's source, tag and count; a message longer than the receive
  * range (refused with both sizes, nothing written, the channel clean after);
- * buffers freed during isend and irecv; bcast from each rank and allreduce
+ * buffers freed during isend and irecv; both ranks sending two messages before
+ * receiving (no send waits for its peer); bcast from each rank and allreduce
  * (exact on integers, within rounding on floats, in place); the errors
  * (ranks, tags, roots, stale buffers and requests, kinds). More ranks: a ring
  * on each rank's own device (ferry_mpi_local_device), bcast and allreduce.
@@ -244,6 +245,38 @@ static void two_pending(ferry_device *dev) {
     CHECK_OK(ferry_free(a));
     CHECK_OK(ferry_free(b));
   }
+}
+
+/* Both ranks send first: two messages in pieces each to the other, on one tag,
+ * before either receives. A non-blocking send never waits for its peer (the
+ * second waits behind the first's pieces, queued, not blocked), and the
+ * messages arrive whole and in order. */
+static void sends_first(ferry_device *dev) {
+  harness_context = "both ranks send two messages before receiving";
+  int peer = 1 - me;
+  size_t na = 3 * PIECE + 5, nb = 2 * PIECE + 3;
+  uint32_t seed = 30 + 2 * (uint32_t)me, peer_seed = 30 + 2 * (uint32_t)peer;
+  ferry_buffer a = pattern_buffer(dev, na, seed), b = pattern_buffer(dev, nb, seed + 1);
+  ferry_buffer ra = sentinel_buffer(dev, na), rb = sentinel_buffer(dev, na);
+  ferry_mpi_request r[4];
+  CHECK_OK(ferry_mpi_isend(a, 0, na, peer, 8, MPI_COMM_WORLD, &r[0]));
+  CHECK_OK(ferry_mpi_isend(b, 0, nb, peer, 8, MPI_COMM_WORLD, &r[1]));
+  CHECK_OK(ferry_mpi_irecv(ra, 0, na, peer, 8, MPI_COMM_WORLD, &r[2]));
+  CHECK_OK(ferry_mpi_irecv(rb, 0, na, peer, 8, MPI_COMM_WORLD, &r[3]));
+  MPI_Status st;
+  int count = -1;
+  CHECK_OK(ferry_mpi_wait(r[3], &st)); /* the later receive first: the earlier one moves meanwhile */
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  CHECK_MSG(count == (int)nb, "rank %d: the second message has %d bytes, expected %zu", me, count, nb);
+  CHECK_OK(ferry_mpi_wait(r[2], MPI_STATUS_IGNORE));
+  CHECK_OK(ferry_mpi_wait(r[1], MPI_STATUS_IGNORE));
+  CHECK_OK(ferry_mpi_wait(r[0], MPI_STATUS_IGNORE));
+  expect(ra, 0, na, peer_seed, "the first of two messages sent before any receive");
+  expect(rb, 0, nb, peer_seed + 1, "the second of two messages sent before any receive");
+  CHECK_OK(ferry_free(a));
+  CHECK_OK(ferry_free(b));
+  CHECK_OK(ferry_free(ra));
+  CHECK_OK(ferry_free(rb));
 }
 
 /* A device that fails mid-message, through the fake CUDA driver's injected
@@ -578,6 +611,7 @@ int main(int argc, char **argv) {
     too_long(dev);
     freed_meanwhile(dev);
     two_pending(dev);
+    sends_first(dev);
     device_failures(dev);
   }
   ring(dev);
