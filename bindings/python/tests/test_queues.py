@@ -478,17 +478,34 @@ def test_failure_raised_at_synchronize():
     dev = ferry.device(CUDA[0])
     q = ferry.Queue(dev)
     b = dev.alloc(1 << 20, np.float32)
+    ctx, cudev = ctypes.c_void_p(), ctypes.c_int()
+    assert cu.cuDeviceGet(ctypes.byref(cudev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    # The write is held back behind a word on the queue's own stream until the
+    # fault is in (on a busy machine it could otherwise complete first).
+    word, word_dev = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuMemHostAlloc(ctypes.byref(word), ctypes.c_size_t(4096), 3) == 0  # PORTABLE | DEVICEMAP
+    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word_dev), word, 0) == 0
+    gate = ctypes.cast(word, ctypes.POINTER(ctypes.c_uint32))
+    gate[0] = 0
+    native = ctypes.c_void_p(q.native()["queue"])
+    assert cu.cuStreamWaitValue32_v2(native, word_dev, ctypes.c_uint(1), ctypes.c_uint(0)) == 0  # GEQ
     b.write(pattern(1 << 20, 90), queue=q)
     assert cu.fake_cuda_make_sticky(0, 700) == 0  # CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel fault
     try:
+        gate[0] = 1
         with pytest.raises(ferry.Error) as info:
             q.synchronize()
         assert "700" in str(info.value) or "ILLEGAL" in str(info.value)
         assert q.pending == 0
     finally:
+        gate[0] = 1
         cu.fake_cuda_make_sticky(0, 0)
     q.destroy()
     b.free()
+    assert cu.cuMemFreeHost(word) == 0
+    assert cu.cuDevicePrimaryCtxRelease_v2(cudev) == 0
 
 
 def test_docs_queue_example(device, capsys):
