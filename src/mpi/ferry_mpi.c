@@ -1100,10 +1100,13 @@ static void enqueue(request *q) {
   pthread_mutex_unlock(&lock);
 }
 
-/* Whether q is still unmatched after one more pass. */
+/* Whether q is still unmatched after one more pass, which moves every active
+ * request on too: what q waits for may come only once a send of this rank's
+ * has gone (both ranks sending before they receive). */
 static bool still_unmatched(request *q) {
   pthread_mutex_lock(&lock);
   if (q->state == REQ_UNMATCHED) advance();
+  if (active) progress_all();
   bool waiting = q->state == REQ_UNMATCHED;
   pthread_mutex_unlock(&lock);
   return waiting;
