@@ -405,6 +405,31 @@ def test_dlpack_stream_of_a_cuda_consumer():
     b.free()
 
 
+def hold_queue(cu, q):
+    """Holds q's CUDA stream behind a word in mapped pinned memory (the fake's
+    cuStreamWaitValue32): later work on q waits until gate[0] = 1. The
+    primary context is retained and current. Returns (gate, word, cudev) for
+    release_hold."""
+    ctx, cudev = ctypes.c_void_p(), ctypes.c_int()
+    assert cu.cuDeviceGet(ctypes.byref(cudev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev) == 0
+    assert cu.cuCtxSetCurrent(ctx) == 0
+    word, word_dev = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuMemHostAlloc(ctypes.byref(word), ctypes.c_size_t(4096), 3) == 0  # PORTABLE | DEVICEMAP
+    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word_dev), word, 0) == 0
+    gate = ctypes.cast(word, ctypes.POINTER(ctypes.c_uint32))
+    gate[0] = 0
+    native = ctypes.c_void_p(q.native()["queue"])
+    assert cu.cuStreamWaitValue32_v2(native, word_dev, ctypes.c_uint(1), ctypes.c_uint(0)) == 0  # GEQ
+    return gate, word, cudev
+
+
+def release_hold(cu, word, cudev):
+    """Frees what hold_queue made (its queue's work done) and releases the context."""
+    assert cu.cuMemFreeHost(word) == 0
+    assert cu.cuDevicePrimaryCtxRelease_v2(cudev) == 0
+
+
 @pytest.mark.skipif(not CUDA or fake_cuda() is None, reason="needs the fake CUDA driver (ctest python.cuda_fake)")
 def test_dlpack_stream_waits_on_the_device():
     """__dlpack__(stream=s) makes the consumer's stream wait for ferry's queued
@@ -418,18 +443,8 @@ def test_dlpack_stream_waits_on_the_device():
     b = dev.alloc(n, np.float32)
     b.write(np.zeros(n, dtype=np.float32))
     q = ferry.Queue(dev)
-    ctx, cudev, stream = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_void_p()
-    assert cu.cuDeviceGet(ctypes.byref(cudev), 0) == 0
-    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev) == 0
-    assert cu.cuCtxSetCurrent(ctx) == 0
-    # A word in mapped pinned memory that ferry's queue waits for, on its own stream.
-    word, word_dev = ctypes.c_void_p(), ctypes.c_uint64()
-    assert cu.cuMemHostAlloc(ctypes.byref(word), ctypes.c_size_t(4096), 3) == 0  # PORTABLE | DEVICEMAP
-    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word_dev), word, 0) == 0
-    gate = ctypes.cast(word, ctypes.POINTER(ctypes.c_uint32))
-    gate[0] = 0
-    native = ctypes.c_void_p(q.native()["queue"])
-    assert cu.cuStreamWaitValue32_v2(native, word_dev, ctypes.c_uint(1), ctypes.c_uint(0)) == 0  # GEQ
+    stream = ctypes.c_void_p()
+    gate, word, cudev = hold_queue(cu, q)  # ferry's queue waits for a word on its own stream
     b.write(pattern(n, 81), queue=q)  # held back behind the word
     assert cu.cuStreamCreate(ctypes.byref(stream), 1) == 0  # CU_STREAM_NON_BLOCKING
     pinned = ctypes.c_void_p()
@@ -465,8 +480,7 @@ def test_dlpack_stream_waits_on_the_device():
     assert np.array_equal(back2, pattern(n, 82))
     del capsule
     assert cu.cuStreamDestroy_v2(stream) == 0
-    assert cu.cuMemFreeHost(word) == 0
-    assert cu.cuDevicePrimaryCtxRelease_v2(cudev) == 0
+    release_hold(cu, word, cudev)
     q.destroy()
     b.free()
 
@@ -478,19 +492,9 @@ def test_failure_raised_at_synchronize():
     dev = ferry.device(CUDA[0])
     q = ferry.Queue(dev)
     b = dev.alloc(1 << 20, np.float32)
-    ctx, cudev = ctypes.c_void_p(), ctypes.c_int()
-    assert cu.cuDeviceGet(ctypes.byref(cudev), 0) == 0
-    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), cudev) == 0
-    assert cu.cuCtxSetCurrent(ctx) == 0
     # The write is held back behind a word on the queue's own stream until the
     # fault is in (on a busy machine it could otherwise complete first).
-    word, word_dev = ctypes.c_void_p(), ctypes.c_uint64()
-    assert cu.cuMemHostAlloc(ctypes.byref(word), ctypes.c_size_t(4096), 3) == 0  # PORTABLE | DEVICEMAP
-    assert cu.cuMemHostGetDevicePointer_v2(ctypes.byref(word_dev), word, 0) == 0
-    gate = ctypes.cast(word, ctypes.POINTER(ctypes.c_uint32))
-    gate[0] = 0
-    native = ctypes.c_void_p(q.native()["queue"])
-    assert cu.cuStreamWaitValue32_v2(native, word_dev, ctypes.c_uint(1), ctypes.c_uint(0)) == 0  # GEQ
+    gate, word, cudev = hold_queue(cu, q)
     b.write(pattern(1 << 20, 90), queue=q)
     assert cu.fake_cuda_make_sticky(0, 700) == 0  # CUDA_ERROR_ILLEGAL_ADDRESS, as after a kernel fault
     try:
@@ -504,8 +508,7 @@ def test_failure_raised_at_synchronize():
         cu.fake_cuda_make_sticky(0, 0)
     q.destroy()
     b.free()
-    assert cu.cuMemFreeHost(word) == 0
-    assert cu.cuDevicePrimaryCtxRelease_v2(cudev) == 0
+    release_hold(cu, word, cudev)
 
 
 def test_docs_queue_example(device, capsys):
