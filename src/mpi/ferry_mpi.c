@@ -531,8 +531,7 @@ static void mover_end(request *q) {
 static ferry_status mover_start(mover *m, const char *fn, const ferry_companion_hold *h, bool to_device, size_t offset,
                                 void *at, size_t n, int e) {
   ferry_status st = ferry__companion_transfer_async(h, fn, m->queue, to_device, offset, at, n);
-  if (st == FERRY_OK && e >= 0) st = ferry_event_record(m->ev[e], m->queue);
-  return st;
+  return st == FERRY_OK ? ferry_event_record(m->ev[e], m->queue) : st;
 }
 
 /* Does MPI move CUDA device memory itself? FERRY_MPI_CUDA_AWARE says, else
