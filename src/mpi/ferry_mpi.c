@@ -219,12 +219,12 @@ typedef struct request {
   void *mapped;       /* the range mapped without a copy (ferry__companion_map), until the request ends */
   bool device_memory; /* `mapped` is device memory for a CUDA-aware MPI: nothing to unmap */
   header hd;          /* a receive's, once matched */
-  /* The ring: `slots` slots of `slot` bytes; pieces of `piece` bytes, `pieces`
-   * of them. A send: `started` pieces read (or being read), `moved` posted to MPI;
+  /* The ring: `slots` slots of `slot` bytes, for the message's `pieces` pieces
+   * (of hd.piece bytes). A send: `started` pieces read (or being read), `moved` posted to MPI;
    * reqs[0] the header, reqs[1 + k % slots] piece k's, reqs[1 + slots] the
    * trailer. A receive: `started` pieces' receives posted, `moved` arrived (their
    * writes started); reqs[k % slots] piece k's, reqs[slots] the trailer. */
-  size_t slots, slot, piece, pieces, started, moved;
+  size_t slots, slot, pieces, started, moved;
   int head_len;        /* a send's header length (the trailer word follows it) */
   const char *from;    /* a queued send's bytes in host memory (NULL: through its ring) */
   bool trailer_posted; /* a receive's trailer receive is posted (its stream ended) */
@@ -750,12 +750,12 @@ static void post_pieces(request *q, char *to) {
 
 /* ---- rings ---------------------------------------------------------------------------------- */
 
-/* q's ring for a message of `total` bytes in pieces of `piece`: at most RING
+/* q's ring for its message (q->hd: its length and piece, a send's as a receive's): at most RING
  * slots of a piece each (two for pieces above 64 MiB, which only a sender with
  * every byte in host memory makes), in one staging block, and its MPI requests
  * (the slots' and `extra` more), all MPI_REQUEST_NULL; and its mover. */
-static ferry_status ring_make(request *q, size_t total, size_t piece, size_t extra) {
-  q->piece = piece;
+static ferry_status ring_make(request *q, size_t extra) {
+  size_t total = q->hd.total, piece = q->hd.piece;
   q->pieces = pieces_of(total, piece);
   q->slot = piece < total ? piece : total;
   q->slots = q->pieces < RING ? q->pieces : RING;
@@ -785,8 +785,7 @@ static void device_failed(request *q, ferry_status st) {
  * completion in the mover's event k % MOVER_EVENTS), else synchronously. */
 static void piece_start(request *q, bool to_device, size_t k) {
   if (q->device != FERRY_OK) return;
-  size_t total = to_device ? q->hd.total : q->bytes, at = q->offset + k * q->piece;
-  size_t len = piece_len(total, q->piece, k);
+  size_t at = q->offset + k * q->hd.piece, len = piece_len(q->hd.total, q->hd.piece, k);
   ferry_status st =
       q->mv ? mover_start(q->mv, q->fn, &q->hold, to_device, at, slot_of(q, k), len, (int)(k % MOVER_EVENTS))
             : device_part(q->fn, &q->hold, to_device, at, slot_of(q, k), len);
@@ -826,7 +825,7 @@ static bool send_may_start(const request *q) {
  * a time) and marks the stream: REQ_SENDING. */
 static void send_begin(request *q) {
   size_t n = q->hd.piece ? pieces_of(q->bytes, q->hd.piece) : 0;
-  ferry_status st = q->from ? FERRY_OK : ring_make(q, q->bytes, q->hd.piece, 2);
+  ferry_status st = q->from ? FERRY_OK : ring_make(q, 2);
   if (st == FERRY_OK && !q->from && !stream_add(q->comm, true, q->peer, q->tag))
     st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
   if (st != FERRY_OK) {
@@ -868,8 +867,8 @@ static void send_step(request *q) {
     moving = false;
     for (; q->moved < q->started && piece_moved(q, q->moved); q->moved++, moving = true) {
       size_t k = q->moved;
-      if ((rc = MPI_Isend(slot_of(q, k), (int)piece_len(q->bytes, q->piece, k), MPI_BYTE, q->peer, q->tag, q->comm,
-                          &q->reqs[1 + k % q->slots])) != MPI_SUCCESS)
+      if ((rc = MPI_Isend(slot_of(q, k), (int)piece_len(q->hd.total, q->hd.piece, k), MPI_BYTE, q->peer, q->tag,
+                          q->comm, &q->reqs[1 + k % q->slots])) != MPI_SUCCESS)
         break;
     }
     while (rc == MPI_SUCCESS && q->started < q->pieces) {
@@ -926,8 +925,8 @@ static void recv_step(request *q) {
     while (rc == MPI_SUCCESS && q->started < q->pieces) {
       size_t k = q->started;
       if (k >= q->slots && (k - q->slots >= q->moved || !piece_moved(q, k - q->slots))) break;
-      if ((rc = MPI_Irecv(slot_of(q, k), (int)piece_len(q->hd.total, q->piece, k), MPI_BYTE, q->peer, q->tag, q->comm,
-                          &q->reqs[k % q->slots])) != MPI_SUCCESS) {
+      if ((rc = MPI_Irecv(slot_of(q, k), (int)piece_len(q->hd.total, q->hd.piece, k), MPI_BYTE, q->peer, q->tag,
+                          q->comm, &q->reqs[k % q->slots])) != MPI_SUCCESS) {
         call = "MPI_Irecv";
         break;
       }
@@ -966,7 +965,7 @@ static void recv_step(request *q) {
 /* q, matched, through its ring (lock held): the stream is marked, the first
  * pieces' receives posted. */
 static void recv_ring_start(request *q) {
-  ferry_status st = ring_make(q, q->hd.total, q->hd.piece, 1);
+  ferry_status st = ring_make(q, 1);
   if (st == FERRY_OK && !stream_add(q->comm, false, q->peer, q->tag))
     st = ferry__companion_fail(FERRY_ERROR_OUT_OF_MEMORY, "%s: no host memory to note a message in pieces", q->fn);
   if (st != FERRY_OK) {
