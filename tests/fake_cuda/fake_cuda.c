@@ -312,6 +312,9 @@ FAKE_API cu_result cuInit(unsigned int flags) {
     cfg.init_error = (int)env_long("FAKE_CUDA_INIT_ERROR", 0);
     cfg.delay_us = env_long("FAKE_CUDA_DELAY_US", 0);
     cfg.jitter_us = env_long("FAKE_CUDA_JITTER_US", 0);
+    cfg.connections = (int)env_long("FAKE_CUDA_CONNECTIONS", 0);
+    if (cfg.connections < 0) cfg.connections = 0;
+    if (cfg.connections > MAX_CONNECTIONS) cfg.connections = MAX_CONNECTIONS;
     cfg.no_wait_value = env_long("FAKE_CUDA_NO_WAIT_VALUE", 0) != 0;
     cfg.kernels = env_long("FAKE_CUDA_KERNELS", 0) != 0;
     cfg.host_misalign = env_long("FAKE_CUDA_HOST_MISALIGN", 0) != 0;

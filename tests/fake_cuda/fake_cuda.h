@@ -16,6 +16,14 @@
  *                              bytes or a sanitizer report
  *   FAKE_CUDA_JITTER_US=N      and a pseudo-random 0..N us more (default 0), different for each
  *                              operation, so that the order in which streams finish varies
+ *   FAKE_CUDA_CONNECTIONS=N    the streams of a context share N (1 to 32) hardware queues (CUDA's
+ *                              CUDA_DEVICE_MAX_CONNECTIONS; default 0: one per stream), given out
+ *                              round robin as streams are made, the legacy stream first. A queue
+ *                              starts its operations in the order they were queued, whichever stream
+ *                              they belong to, and an operation starts only once its stream's earlier
+ *                              work is done and its waits are met: a wait holds every later operation
+ *                              of its queue (the false dependency that makes a stream wait for work
+ *                              queued after it on another stream deadlock on a GPU)
  *   FAKE_CUDA_KERNELS=1        cuModuleLoadData accepts PTX and cuLaunchKernel runs the one kernel
  *                              it knows (ferry_increment_i32) on the host; otherwise cuModuleLoadData
  *                              returns CUDA_ERROR_NOT_SUPPORTED

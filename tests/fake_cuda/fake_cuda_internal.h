@@ -17,9 +17,10 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define FAKE_API      __attribute__((visibility("default")))
-#define FAKE_INTERNAL __attribute__((visibility("hidden")))
-#define MAX_DEVICES   16
+#define FAKE_API        __attribute__((visibility("default")))
+#define FAKE_INTERNAL   __attribute__((visibility("hidden")))
+#define MAX_DEVICES     16
+#define MAX_CONNECTIONS 32
 
 #define FAKE_ERROR_CONTEXT_IS_DESTROYED 709
 
@@ -32,6 +33,7 @@ typedef struct fake_config {
   int device_base;
   int init_error;
   long delay_us, jitter_us;
+  int connections; /* FAKE_CUDA_CONNECTIONS: 0 = a hardware queue per stream */
   bool kernels, host_misalign, no_sync_memops, no_wait_value, strict;
 } fake_config;
 
@@ -72,6 +74,10 @@ typedef struct fake_ctx {
    * every stream made by cuStreamCreate that has not finished its work. */
   fake_stream *streams;
   bool dying; /* being released: waits on host memory give up */
+  /* FAKE_CUDA_CONNECTIONS: the streams' shared hardware queues (under the
+   * queue lock): operations queued on each, and those it has let start. */
+  unsigned next_connection;
+  unsigned long long conn_queued[MAX_CONNECTIONS], conn_started[MAX_CONNECTIONS];
   _Atomic bool running;
 } fake_ctx;
 

@@ -66,6 +66,7 @@ typedef struct op {
   op_kind kind;
   const char *function; /* the call that queued it, for reports */
   unsigned long long seq;
+  unsigned long long conn_seq; /* its place on its stream's connection (FAKE_CUDA_CONNECTIONS) */
   struct {
     uintptr_t p;
     size_t n;
@@ -100,8 +101,9 @@ struct fake_stream {
   bool destroyed; /* by cuStreamDestroy: the thread ends once the queue is empty */
   bool stop;      /* the context is released */
   bool exited, joined, orphaned;
-  bool listed; /* in `blocked` */
-  int refs;    /* deps and host waits that name it */
+  bool listed;    /* in `blocked` */
+  int connection; /* the hardware queue it shares (FAKE_CUDA_CONNECTIONS), or -1 */
+  int refs;       /* deps and host waits that name it */
   op *head, *tail;
   unsigned long long submitted, completed;
   uint64_t rng; /* the jitter's, used by the stream's thread only */
@@ -276,6 +278,7 @@ static bool queue(fake_stream *s, op *o, fake_ctx *const *after, int nafter, con
       if (t != s && pending(t)) add_dep(o, t, t->submitted);
   if (extra) add_dep(o, extra->s, extra->seq);
   o->seq = ++s->submitted;
+  if (s->connection >= 0) o->conn_seq = ++s->ctx->conn_queued[s->connection];
   if (s->tail)
     s->tail->next = o;
   else
@@ -420,7 +423,9 @@ static void *stream_main(void *arg) {
       pthread_cond_wait(&s->wake, &qlock);
       continue;
     }
-    bool ready = s->ctx->sticky || deps_met(o);
+    /* On a shared hardware queue, the operations queued before it start first. */
+    bool turn = s->connection < 0 || s->ctx->conn_started[s->connection] + 1 == o->conn_seq;
+    bool ready = turn && (s->ctx->sticky || deps_met(o));
     if (ready && o->kind == OP_WAIT && o->mark && !o->mark->done && !s->ctx->sticky) ready = false;
     if (ready && o->kind == OP_WAIT_VALUE && !s->ctx->sticky && !s->ctx->dying && !word_reached(o)) {
       /* The host raises the word with plain stores: look again soon. */
@@ -444,6 +449,10 @@ static void *stream_main(void *arg) {
       continue;
     }
     poll_us = POLL_FIRST_US;
+    if (s->connection >= 0) {
+      s->ctx->conn_started[s->connection] = o->conn_seq; /* the next on the queue may start */
+      notify();
+    }
     pthread_mutex_unlock(&qlock);
     run(s, o);
     pthread_mutex_lock(&qlock);
@@ -463,6 +472,7 @@ static fake_stream *stream_new(fake_ctx *c, bool legacy, bool blocking) {
   s->legacy = legacy;
   s->blocking = blocking;
   s->rng = (atomic_fetch_add(&seeds, 1) + 1) * 0x9E3779B97F4A7C15ULL;
+  s->connection = -1;
   if (pthread_cond_init(&s->wake, NULL) != 0) {
     free(s);
     return NULL;
@@ -474,11 +484,20 @@ static fake_stream *stream_new(fake_ctx *c, bool legacy, bool blocking) {
   return s;
 }
 
+/* With qlock held, before anything is queued on `s`: its hardware queue. */
+static void connect_stream(fake_ctx *c, fake_stream *s) {
+  if (cfg.connections > 0) s->connection = (int)(c->next_connection++ % (unsigned)cfg.connections);
+}
+
 /* ---- contexts (fake_cuda.c) ------------------------------------------------------------------------ */
 
 FAKE_INTERNAL bool fake_streams_start(fake_ctx *c) {
   fake_stream *legacy = stream_new(c, true, false);
   pthread_mutex_lock(&qlock);
+  c->next_connection = 0;
+  memset(c->conn_queued, 0, sizeof c->conn_queued);
+  memset(c->conn_started, 0, sizeof c->conn_started);
+  if (legacy) connect_stream(c, legacy);
   c->streams = legacy;
   c->dying = false;
   pthread_mutex_unlock(&qlock);
@@ -901,6 +920,7 @@ FAKE_API cu_result cuStreamCreate(cu_stream *stream, unsigned int flags) {
     return FCU_ERROR_OUT_OF_MEMORY;
   }
   reap(c);
+  connect_stream(c, s);
   s->handle = h;
   h->magic = STREAM_MAGIC;
   h->s = s;

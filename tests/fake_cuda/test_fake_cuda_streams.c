@@ -289,6 +289,38 @@ static void case_overlap(void) {
   stop();
 }
 
+/* FAKE_CUDA_CONNECTIONS: streams that share a hardware queue start their work
+ * in the order it was queued, so a wait on one holds the later work of the
+ * others on that queue; streams on another queue go on. */
+static void case_connections(void) {
+  setenv("FAKE_CUDA_CONNECTIONS", "2", 1);
+  start(1, 0, 0, false);
+  /* The legacy stream is on queue 0, then a on 1, b on 0, c on 1. */
+  cu_stream a = stream(FCU_STREAM_NON_BLOCKING), b = stream(FCU_STREAM_NON_BLOCKING),
+            c = stream(FCU_STREAM_NON_BLOCKING);
+  cu_deviceptr x = dalloc(8);
+  fill32(x, 0, 2);
+  gate g = gate_new();
+  gate_close(&g, a);
+  OK(api.cuMemsetD32Async(x, 1, 1, c));     /* queued behind a's wait */
+  OK(api.cuMemsetD32Async(x + 4, 2, 1, b)); /* another queue */
+  OK(api.cuStreamSynchronize(b));
+  CHECK(peek32(x + 4) == 2);
+  sleep_ms(20);
+  CHECK_CU(api.cuStreamQuery(c), NOT_READY);
+  CHECK(peek32(x) == 0);
+  gate_open(&g);
+  OK(api.cuStreamSynchronize(c));
+  CHECK(peek32(x) == 1);
+  OK(api.cuStreamDestroy(a));
+  OK(api.cuStreamDestroy(b));
+  OK(api.cuStreamDestroy(c));
+  OK(api.cuMemFree(x));
+  gate_free(&g);
+  stop();
+  unsetenv("FAKE_CUDA_CONNECTIONS");
+}
+
 /* Blocking streams and the legacy stream wait for each other's earlier work;
  * non-blocking streams do not; the synchronous calls run on the legacy stream. */
 static void case_legacy_ordering(void) {
@@ -1037,6 +1069,7 @@ int main(int argc, char **argv) {
       {"symbols and stream memory-operation attributes", case_symbols_and_attributes},
       {"in order per stream (delay and jitter)", case_in_order},
       {"non-blocking streams overlap", case_overlap},
+      {"streams sharing hardware queues (FAKE_CUDA_CONNECTIONS)", case_connections},
       {"blocking streams and the legacy stream", case_legacy_ordering},
       {"events: query, synchronize, elapsed, record again", case_events},
       {"cuStreamWaitEvent, across streams and contexts", case_wait_event},
