@@ -24,7 +24,31 @@
  *    endEncoding, a second encoder while one is open, committing twice, an
  *    encoder released without endEncoding all abort;
  *  - newBufferWithBytesNoCopy returns nil for memory not on whole pages of
- *    FAKE_METAL_PAGE.
+ *    FAKE_METAL_PAGE;
+ *  - shared events (FakeMTLSharedEvent, from -[MTLDevice newSharedEvent], +1,
+ *    signaledValue 0): the host reads signaledValue and sets setSignaledValue:
+ *    to any value, lower ones too, as Metal allows. encodeWaitForEvent:value:
+ *    and encodeSignalEvent:value: are recorded in the command buffer in order
+ *    with its blits; on the queue's thread a wait sleeps on the event's
+ *    condition variable (no spinning) until the value is at least the one
+ *    waited for, which lets the commands after it and the command buffers
+ *    behind it on that queue wait too; a signal sets the value (not only
+ *    raises it) and wakes the waits it satisfies, as setSignaledValue: does.
+ *    A wait satisfied once goes on even if the value is lowered before its
+ *    thread wakes. Encoding either while a blit encoder of the command buffer
+ *    is open, after commit, with nil or a released event aborts (an event of
+ *    another device is fine: shared events order work across devices). The command buffer retains the event until it is
+ *    deallocated (so at least until it ran), as it does its buffers. A command
+ *    buffer that fails by injection skips its blits but still waits and
+ *    signals, so that no other queue waits for it forever.
+ *    A queue whose thread waits for an event nobody signals hangs, as the GPU
+ *    would: waitUntilCompleted on such a command buffer does not return. The
+ *    counts do not wait for those command buffers, the exit does not either
+ *    (FAKE_METAL_CHECK_LEAKS lists them, with their event). Releasing a queue
+ *    otherwise waits for its committed command buffers to run; if its thread
+ *    waits for an event, the release returns at once instead and the thread
+ *    finishes on its own when the event is signalled (from the host, or from
+ *    another queue), since the release's caller may be the one who signals.
  * fake_metal.h lists the environment variables. It is a test double: a run on a
  * Mac (tests/metal/run_on_macos.sh) is what shows the backend works on Metal.
  */
@@ -172,6 +196,7 @@ typedef enum kind {
   K_BUFFER,
   K_COMMAND_BUFFER,
   K_BLIT_ENCODER,
+  K_SHARED_EVENT,
   K_STRING,
   K_ARRAY,
   K_ERROR,
@@ -190,6 +215,7 @@ static const fclass classes[K_COUNT] = {
     {CLASS_MAGIC, "FakeMTLBuffer", K_BUFFER},
     {CLASS_MAGIC, "FakeMTLCommandBuffer", K_COMMAND_BUFFER},
     {CLASS_MAGIC, "FakeMTLBlitCommandEncoder", K_BLIT_ENCODER},
+    {CLASS_MAGIC, "FakeMTLSharedEvent", K_SHARED_EVENT},
     {CLASS_MAGIC, "NSString", K_STRING},
     {CLASS_MAGIC, "NSArray", K_ARRAY},
     {CLASS_MAGIC, "NSError", K_ERROR},
@@ -209,6 +235,10 @@ static fake_metal_counts counts;
 /* Command buffers committed whose queue thread has not let go of them yet: the
  * counts wait for none, so that they do not depend on that thread's timing. */
 static _Atomic long in_flight;
+/* Of those, the ones that cannot go on before an event is signalled: those of
+ * queues whose thread waits for an event. The counts do not wait for them, since
+ * only the program can let them go. */
+static _Atomic long stalled;
 
 typedef struct fdevice {
   fobj h;
@@ -228,7 +258,25 @@ typedef struct fqueue {
   pthread_cond_t cond;
   struct fcb *head, *tail;
   bool stop;
+  long pending;                    /* committed, not completed; under qlock */
+  bool blocked;                    /* the thread waits for an event; under qlock */
+  _Atomic bool finished, detached; /* the thread left its loop; the queue was released while it waited */
+  /* The event wait in progress, under that event's elock. */
+  uint64_t wait_value;
+  bool wait_done;
+  struct fqueue *next_waiter;
 } fqueue;
+
+/* An MTLSharedEvent. Queue threads that wait for it are on its waiters list, so
+ * that whoever raises the value marks exactly those it lets go. */
+typedef struct fevent {
+  fobj h;
+  fdevice *device;
+  pthread_mutex_t elock;
+  pthread_cond_t cond;
+  uint64_t value;  /* signaledValue; under elock */
+  fqueue *waiters; /* under elock */
+} fevent;
 
 typedef enum storage { STORAGE_SHARED = 0, STORAGE_MANAGED = 1, STORAGE_PRIVATE = 2 } storage;
 
@@ -244,11 +292,20 @@ typedef struct fbuffer {
                          managed ones of a discrete device (its shared ones are system memory) */
 } fbuffer;
 
+typedef enum op_kind {
+  OP_COPY,         /* copyFromBuffer:... from src to dst */
+  OP_FILL,         /* fillBuffer:range:value: of dst with value */
+  OP_SYNCHRONIZE,  /* synchronizeResource: of src */
+  OP_WAIT_EVENT,   /* encodeWaitForEvent:value: */
+  OP_SIGNAL_EVENT, /* encodeSignalEvent:value: */
+} op_kind;
+
 typedef struct fop {
-  bool synchronize; /* synchronizeResource: of src; else a copy or a fill */
-  bool fill;        /* fillBuffer:range:value: of dst with value */
+  op_kind kind;
   unsigned char value;
-  fbuffer *src, *dst;
+  fbuffer *src, *dst; /* NULL for the event commands */
+  fevent *event;      /* the event commands' only */
+  uint64_t event_value;
   size_t src_offset, dst_offset, size;
 } fop;
 
@@ -328,11 +385,24 @@ static void dealloc(fobj *o) {
   case K_DEVICE: misuse("a device was released more often than it was retained");
   case K_QUEUE: {
     fqueue *q = (fqueue *)o;
+    /* The release waits for the committed command buffers to run, unless the
+     * thread waits for an event: only the program can signal it, maybe this very
+     * thread after this release (which Metal allows), so joining could hang a
+     * correct program. Then the thread is left to finish on its own; it keeps the
+     * queue's memory (a zombie, which at_exit leaves alone while it runs). */
     pthread_mutex_lock(&q->qlock);
     q->stop = true;
     pthread_cond_broadcast(&q->cond);
+    while (!atomic_load(&q->finished) && !q->blocked)
+      pthread_cond_wait(&q->cond, &q->qlock);
+    bool detach = !atomic_load(&q->finished);
+    atomic_store(&q->detached, detach);
     pthread_mutex_unlock(&q->qlock);
-    pthread_join(q->thread, NULL); /* after the committed command buffers ran */
+    if (detach) {
+      pthread_detach(q->thread);
+      break;
+    }
+    pthread_join(q->thread, NULL);
     pthread_mutex_destroy(&q->qlock);
     pthread_cond_destroy(&q->cond);
     break;
@@ -351,8 +421,9 @@ static void dealloc(fobj *o) {
   case K_COMMAND_BUFFER: {
     fcb *cb = (fcb *)o;
     for (size_t i = 0; i < cb->op_count; i++) {
-      obj_release(&cb->ops[i].src->h);
+      if (cb->ops[i].src) obj_release(&cb->ops[i].src->h);
       if (cb->ops[i].dst) obj_release(&cb->ops[i].dst->h);
+      if (cb->ops[i].event) obj_release(&cb->ops[i].event->h);
     }
     free(cb->ops);
     if (cb->error) obj_release(&cb->error->h);
@@ -362,6 +433,13 @@ static void dealloc(fobj *o) {
     fblit *e = (fblit *)o;
     if (!e->ended) misuse("a blit command encoder was released without endEncoding");
     obj_release(&e->cb->h);
+    break;
+  }
+  case K_SHARED_EVENT: {
+    /* No waiter is left: the command buffers that wait hold the event until they ran. */
+    fevent *ev = (fevent *)o;
+    pthread_mutex_destroy(&ev->elock);
+    pthread_cond_destroy(&ev->cond);
     break;
   }
   case K_STRING: free(((fstring *)o)->text); break;
@@ -494,6 +572,11 @@ enum {
   S_FILL,
   S_SYNCHRONIZE,
   S_END_ENCODING,
+  S_NEW_SHARED_EVENT,
+  S_SIGNALED_VALUE,
+  S_SET_SIGNALED_VALUE,
+  S_ENCODE_WAIT,
+  S_ENCODE_SIGNAL,
   SELECTOR_COUNT
 };
 
@@ -538,6 +621,11 @@ static const struct method_info {
     [S_FILL] = {"fillBuffer:range:value:", KIND(K_BLIT_ENCODER), "v@:@{_NSRange=QQ}C"},
     [S_SYNCHRONIZE] = {"synchronizeResource:", KIND(K_BLIT_ENCODER), "v@:@"},
     [S_END_ENCODING] = {"endEncoding", KIND(K_BLIT_ENCODER), "v@:"},
+    [S_NEW_SHARED_EVENT] = {"newSharedEvent", KIND(K_DEVICE), "@@:"},
+    [S_SIGNALED_VALUE] = {"signaledValue", KIND(K_SHARED_EVENT), "Q@:"},
+    [S_SET_SIGNALED_VALUE] = {"setSignaledValue:", KIND(K_SHARED_EVENT), "v@:Q"},
+    [S_ENCODE_WAIT] = {"encodeWaitForEvent:value:", KIND(K_COMMAND_BUFFER), "v@:@Q"},
+    [S_ENCODE_SIGNAL] = {"encodeSignalEvent:value:", KIND(K_COMMAND_BUFFER), "v@:@Q"},
 };
 
 /* The encodings as method_getTypeEncoding gives them: each type followed by its
@@ -684,6 +772,71 @@ FAKE_API fobj *MTLCreateSystemDefaultDevice(void) {
   return &devices[0].h; /* +1: the Create rule */
 }
 
+/* ---- shared events ------------------------------------------------------------------------------ */
+
+static fevent *event_new(fdevice *d) {
+  fevent *ev = obj_new(K_SHARED_EVENT, sizeof *ev);
+  ev->device = d;
+  pthread_mutex_init(&ev->elock, NULL);
+  pthread_cond_init(&ev->cond, NULL);
+  pthread_mutex_lock(&lock);
+  counts.events++;
+  pthread_mutex_unlock(&lock);
+  return ev;
+}
+
+static uint64_t event_value(fevent *ev) {
+  pthread_mutex_lock(&ev->elock);
+  uint64_t v = ev->value;
+  pthread_mutex_unlock(&ev->elock);
+  return v;
+}
+
+/* setSignaledValue: from the host, or a signal command on a queue's thread: any
+ * value, lower ones too (Metal allows it). The waiters it satisfies are marked
+ * done here, not when they wake, so that a wait once satisfied goes on even if
+ * the value is lowered again before its thread runs, and so that the counts know
+ * at once that their command buffers are no longer stalled. */
+static void event_set(fevent *ev, uint64_t value) {
+  pthread_mutex_lock(&ev->elock);
+  ev->value = value;
+  for (fqueue **link = &ev->waiters; *link;) {
+    fqueue *q = *link;
+    if (q->wait_value > value) {
+      link = &q->next_waiter;
+      continue;
+    }
+    *link = q->next_waiter;
+    q->wait_done = true;
+    pthread_mutex_lock(&q->qlock);
+    q->blocked = false;
+    atomic_fetch_sub(&stalled, q->pending);
+    pthread_mutex_unlock(&q->qlock);
+  }
+  pthread_cond_broadcast(&ev->cond);
+  pthread_mutex_unlock(&ev->elock);
+}
+
+/* A wait command, on queue q's thread: sleeps on the event's condition variable
+ * (never spins) until a signal or setSignaledValue: reaches value. */
+static void event_wait(fqueue *q, fevent *ev, uint64_t value) {
+  pthread_mutex_lock(&ev->elock);
+  if (ev->value < value) {
+    q->wait_value = value;
+    q->wait_done = false;
+    q->next_waiter = ev->waiters;
+    ev->waiters = q;
+    pthread_mutex_lock(&q->qlock);
+    q->blocked = true;
+    atomic_fetch_add(&stalled, q->pending);
+    pthread_cond_broadcast(&q->cond); /* a release of the queue waiting for this thread goes on */
+    pthread_mutex_unlock(&q->qlock);
+    while (!q->wait_done)
+      pthread_cond_wait(&ev->cond, &ev->elock);
+  }
+  pthread_mutex_unlock(&ev->elock);
+}
+
 /* ---- command queues ---------------------------------------------------------------------------- */
 
 static void sleep_us(long us) {
@@ -693,6 +846,9 @@ static void sleep_us(long us) {
   }
 }
 
+/* The commands in the order they were encoded. A command buffer that fails
+ * (injected) skips its blits but still waits and signals: otherwise a queue
+ * waiting for it would wait forever. */
 static void run_command_buffer(fcb *cb) {
   sleep_us(cfg.delay_us);
   if (cb->fail) {
@@ -706,22 +862,29 @@ static void run_command_buffer(fcb *cb) {
              (void *)cb);
     e->description = strdup(text);
     cb->error = e;
-    return;
   }
   for (size_t i = 0; i < cb->op_count; i++) {
     fop *op = &cb->ops[i];
-    if (op->synchronize) {
-      if (op->src->mode == STORAGE_MANAGED) memcpy(op->src->cpu, op->src->gpu, op->src->length);
-    } else if (op->fill) {
+    switch (op->kind) {
+    case OP_WAIT_EVENT: event_wait(cb->queue, op->event, op->event_value); break;
+    case OP_SIGNAL_EVENT: event_set(op->event, op->event_value); break;
+    case OP_SYNCHRONIZE:
+      if (!cb->fail && op->src->mode == STORAGE_MANAGED) memcpy(op->src->cpu, op->src->gpu, op->src->length);
+      break;
+    case OP_FILL:
+      if (cb->fail) break;
       memset(op->dst->gpu + op->dst_offset, op->value, op->size);
       pthread_mutex_lock(&lock);
       counts.fills++;
       pthread_mutex_unlock(&lock);
-    } else {
+      break;
+    case OP_COPY:
+      if (cb->fail) break;
       memcpy(op->dst->gpu + op->dst_offset, op->src->gpu + op->src_offset, op->size);
       pthread_mutex_lock(&lock);
       counts.blits++;
       pthread_mutex_unlock(&lock);
+      break;
     }
   }
 }
@@ -740,12 +903,15 @@ static void *queue_thread(void *arg) {
     run_command_buffer(cb);
     pthread_mutex_lock(&q->qlock);
     atomic_store(&cb->status, cb->error ? CB_ERROR : CB_COMPLETED);
+    q->pending--;
     pthread_cond_broadcast(&q->cond);
     pthread_mutex_unlock(&q->qlock);
     obj_release(&cb->h); /* the queue's reference, taken at commit */
     atomic_fetch_sub(&in_flight, 1);
     pthread_mutex_lock(&q->qlock);
   }
+  atomic_store(&q->finished, true);
+  pthread_cond_broadcast(&q->cond); /* the release waits for this */
   pthread_mutex_unlock(&q->qlock);
   return NULL;
 }
@@ -755,6 +921,8 @@ static fqueue *queue_new(fdevice *d) {
   q->device = d;
   pthread_mutex_init(&q->qlock, NULL);
   pthread_cond_init(&q->cond, NULL);
+  atomic_init(&q->finished, false);
+  atomic_init(&q->detached, false);
   if (pthread_create(&q->thread, NULL, queue_thread, q) != 0) misuse("cannot start a queue thread");
   return q;
 }
@@ -866,8 +1034,10 @@ static void add_op(fcb *cb, fop op) {
     cb->ops = realloc(cb->ops, cb->op_capacity * sizeof *cb->ops);
     if (!cb->ops) misuse("out of host memory");
   }
-  obj_retain(&op.src->h); /* a command buffer keeps its resources alive */
+  /* A command buffer keeps its resources and events alive until it is deallocated. */
+  if (op.src) obj_retain(&op.src->h);
   if (op.dst) obj_retain(&op.dst->h);
+  if (op.event) obj_retain(&op.event->h);
   cb->ops[cb->op_count++] = op;
 }
 
@@ -902,7 +1072,7 @@ static void blit_copy(fblit *e, uintptr_t src_arg, uintptr_t so, uintptr_t dst_a
   if (src == dst && so < doff + size && doff < so + size)
     misuse("%s: overlapping ranges %lu..%lu and %lu..%lu of one buffer (undefined in Metal)", call, (unsigned long)so,
            (unsigned long)(so + size), (unsigned long)doff, (unsigned long)(doff + size));
-  add_op(e->cb, (fop){.src = src, .dst = dst, .src_offset = so, .dst_offset = doff, .size = size});
+  add_op(e->cb, (fop){.kind = OP_COPY, .src = src, .dst = dst, .src_offset = so, .dst_offset = doff, .size = size});
 }
 
 /* The NSRange comes as two integer arguments (both ABIs pass it in two registers). */
@@ -919,10 +1089,24 @@ static void blit_fill(fblit *e, uintptr_t dst_arg, uintptr_t location, uintptr_t
            (unsigned long)(location + length), dst->length);
   if (value > 0xff) misuse("%s: value %lu is not a byte", call, (unsigned long)value);
   /* src = dst: add_op and the release take a reference to each */
-  add_op(
-      e->cb,
-      (fop){
-          .fill = true, .value = (unsigned char)value, .src = dst, .dst = dst, .dst_offset = location, .size = length});
+  add_op(e->cb, (fop){.kind = OP_FILL,
+                      .value = (unsigned char)value,
+                      .src = dst,
+                      .dst = dst,
+                      .dst_offset = location,
+                      .size = length});
+}
+
+/* encodeWaitForEvent:value: and encodeSignalEvent:value:, between blit encoders. */
+static void encode_event(fcb *cb, uintptr_t event_arg, uintptr_t value, bool signal) {
+  const char *call = signal ? "encodeSignalEvent:value:" : "encodeWaitForEvent:value:";
+  if (atomic_load(&cb->status) != CB_NOT_ENQUEUED) misuse("%s: the command buffer was committed", call);
+  if (cb->encoder && !cb->encoder->ended)
+    misuse("%s: a blit command encoder is still encoding (endEncoding first)", call);
+  fevent *ev = (fevent *)event_arg;
+  check_object((fobj *)ev, K_SHARED_EVENT, call);
+  /* A shared event (unlike MTLEvent) may order work across devices. */
+  add_op(cb, (fop){.kind = signal ? OP_SIGNAL_EVENT : OP_WAIT_EVENT, .event = ev, .event_value = value});
 }
 
 static void commit(fcb *cb) {
@@ -939,6 +1123,8 @@ static void commit(fcb *cb) {
   fqueue *q = cb->queue;
   pthread_mutex_lock(&q->qlock);
   atomic_store(&cb->status, CB_COMMITTED);
+  q->pending++;
+  if (q->blocked) atomic_fetch_add(&stalled, 1); /* behind a wait: it runs no sooner */
   cb->next_in_queue = NULL;
   if (q->tail)
     q->tail->next_in_queue = cb;
@@ -1021,6 +1207,7 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
     return (a0 >= 3001 && a0 <= 3003) || a0 == 2002 || a0 == 5001;
   case S_NEW_QUEUE: return (uintptr_t)queue_new((fdevice *)self);
   case S_NEW_BUFFER: return (uintptr_t)new_buffer((fdevice *)self, a0, a1);
+  case S_NEW_SHARED_EVENT: return (uintptr_t)event_new((fdevice *)self);
   case S_NEW_NO_COPY: return (uintptr_t)new_buffer_no_copy((fdevice *)self, a0, a1, a2, a3);
   /* MTLBuffer */
   case S_CONTENTS: return (uintptr_t)((fbuffer *)self)->cpu;
@@ -1056,6 +1243,8 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
   }
   case S_COMMIT: commit((fcb *)self); return 0;
   case S_WAIT: wait_until_completed((fcb *)self); return 0;
+  case S_ENCODE_WAIT: encode_event((fcb *)self, a0, a1, false); return 0;
+  case S_ENCODE_SIGNAL: encode_event((fcb *)self, a0, a1, true); return 0;
   case S_STATUS: return (uintptr_t)atomic_load(&((fcb *)self)->status);
   case S_ERROR: {
     fcb *cb = (fcb *)self;
@@ -1067,7 +1256,7 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
   case S_SYNCHRONIZE: {
     fblit *e = (fblit *)self;
     check_encoding(e, "synchronizeResource:");
-    add_op(e->cb, (fop){.synchronize = true, .src = blit_buffer(e, a0, "synchronizeResource:", "resource")});
+    add_op(e->cb, (fop){.kind = OP_SYNCHRONIZE, .src = blit_buffer(e, a0, "synchronizeResource:", "resource")});
     return 0;
   }
   case S_END_ENCODING: {
@@ -1076,6 +1265,9 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
     e->ended = true;
     return 0;
   }
+  /* MTLSharedEvent */
+  case S_SIGNALED_VALUE: return (uintptr_t)event_value((fevent *)self);
+  case S_SET_SIGNALED_VALUE: event_set((fevent *)self, a0); return 0;
   default: unrecognized(self, op);
   }
 }
@@ -1083,7 +1275,7 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
 /* ---- test entry points --------------------------------------------------------------------------- */
 
 static long live_objects(bool print) {
-  for (int i = 0; i < 5000 && atomic_load(&in_flight) > 0; i++)
+  for (int i = 0; i < 5000 && atomic_load(&in_flight) > atomic_load(&stalled); i++)
     sleep_us(1000);
   long n = 0;
   pthread_mutex_lock(&lock);
@@ -1137,9 +1329,15 @@ __attribute__((destructor)) static void at_exit(void) {
     fflush(NULL);
     _exit(1);
   }
-  while (zombies) {
-    fobj *z = zombies;
-    zombies = z->next;
+  /* A queue released while its thread waited for an event may still have that
+   * thread, which uses the queue's memory: that one stays. */
+  for (fobj **link = &zombies; *link;) {
+    fobj *z = *link;
+    if (z->kind == K_QUEUE && atomic_load(&((fqueue *)z)->detached) && !atomic_load(&((fqueue *)z)->finished)) {
+      link = &z->next;
+      continue;
+    }
+    *link = z->next;
     free(z);
   }
   while (selectors) {

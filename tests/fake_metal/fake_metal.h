@@ -28,8 +28,18 @@
  *   FAKE_METAL_CHECK_LEAKS=1    at exit, objects still held are listed and the process exits with status 1
  * Misuse (an unknown selector, a message to a released object, encoding after
  * endEncoding, committing twice, blits that break macOS's rules, pools popped
- * out of order, an autorelease with no pool) is printed with "fake_metal:" and
- * aborts the process, as Apple's validation layer stops a program.
+ * out of order, an autorelease with no pool, an event wait or signal encoded
+ * while a blit encoder is open, after commit, or with an event that is nil or
+ * released) is printed with "fake_metal:" and aborts the
+ * process, as Apple's validation layer stops a program.
+ *
+ * Shared events (newSharedEvent, signaledValue, setSignaledValue:,
+ * encodeWaitForEvent:value:, encodeSignalEvent:value:) order command buffers
+ * across queues: a wait blocks its queue's thread, without spinning, until the
+ * host or a signal on another queue sets the value to at least the one waited
+ * for. A wait nobody satisfies hangs its queue, as on a GPU; releasing such a
+ * queue returns at once and leaves its thread to finish when the event is
+ * signalled (fake_metal.c's header says more).
  */
 #ifndef FERRY_FAKE_METAL_H
 #define FERRY_FAKE_METAL_H
@@ -44,6 +54,7 @@ typedef struct fake_metal_counts {
   long no_copy_refused; /* newBufferWithBytesNoCopy:... calls refused (pointer or length not on pages) */
   long pools_pushed;    /* objc_autoreleasePoolPush calls */
   long messages;        /* objc_msgSend calls */
+  long events;          /* newSharedEvent events made (last, so that the fields above keep their places) */
 } fake_metal_counts;
 
 /* Exported as fake_metal_counts_get, fake_metal_inject and fake_metal_report. */

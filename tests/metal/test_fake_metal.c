@@ -5,10 +5,11 @@
  * stop with the fake's sentence; and the behaviour tests rely on is checked:
  * managed buffers show stale bytes without didModifyRange: / synchronizeResource:,
  * command buffers complete late, bytesNoCopy refuses memory off pages, failures
- * are injected, objects are counted.
+ * are injected, objects are counted, shared events order command buffers across
+ * queues.
  *
  * It drives the fake through the same wrappers the backend uses (metal_objc.h),
- * plus the two managed-storage methods the backend does not send. Run with
+ * plus the methods the backend does not send (managed storage, shared events). Run with
  * FERRY_OBJC_LIBRARY / FERRY_METAL_LIBRARY naming the fake, FAKE_METAL_DEVICES=2
  * and FAKE_METAL_DELAY_US set; skips (77) on Apple's Metal.
  */
@@ -22,9 +23,11 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static fake_metal_counts_fn counts_get;
@@ -53,6 +56,29 @@ static void did_modify_range(mtl_id buffer, mtl_uint location, mtl_uint length) 
 
 static void synchronize_resource(mtl_id encoder, mtl_id resource) {
   ((void (*)(mtl_id, mtl_sel, mtl_id))rt->msg_send)(encoder, rt->sel_register_name("synchronizeResource:"), resource);
+}
+
+/* Shared events: signaledValue and the values are uint64_t ("Q"). */
+static mtl_id new_shared_event(mtl_id device) {
+  return ((mtl_id(*)(mtl_id, mtl_sel))rt->msg_send)(device, rt->sel_register_name("newSharedEvent"));
+}
+
+static uint64_t signaled_value(mtl_id event) {
+  return ((uint64_t(*)(mtl_id, mtl_sel))rt->msg_send)(event, rt->sel_register_name("signaledValue"));
+}
+
+static void set_signaled_value(mtl_id event, uint64_t value) {
+  ((void (*)(mtl_id, mtl_sel, uint64_t))rt->msg_send)(event, rt->sel_register_name("setSignaledValue:"), value);
+}
+
+static void encode_wait(mtl_id command_buffer, mtl_id event, uint64_t value) {
+  ((void (*)(mtl_id, mtl_sel, mtl_id, uint64_t))rt->msg_send)(
+      command_buffer, rt->sel_register_name("encodeWaitForEvent:value:"), event, value);
+}
+
+static void encode_signal(mtl_id command_buffer, mtl_id event, uint64_t value) {
+  ((void (*)(mtl_id, mtl_sel, mtl_id, uint64_t))rt->msg_send)(
+      command_buffer, rt->sel_register_name("encodeSignalEvent:value:"), event, value);
 }
 
 /* One copy, committed and waited for; inside the caller's pool. */
@@ -233,6 +259,30 @@ static void over_release(void) {
 
 static void memoryless_buffer(void) { (void)mtl_new_buffer_with_length(device(0), 64, (mtl_uint)3 << 4); }
 
+static void wait_while_encoding(void) {
+  (void)rt->pool_push();
+  mtl_id cb, b;
+  (void)open_encoder(&cb, &b);
+  encode_wait(cb, new_shared_event(device(0)), 1);
+}
+
+static void signal_after_commit(void) {
+  (void)rt->pool_push();
+  mtl_id cb, b, e = open_encoder(&cb, &b);
+  mtl_end_encoding(e);
+  mtl_commit(cb);
+  encode_signal(cb, new_shared_event(device(0)), 1);
+}
+
+static void released_event(void) {
+  (void)rt->pool_push();
+  mtl_id cb, b, e = open_encoder(&cb, &b);
+  mtl_end_encoding(e);
+  mtl_id event = new_shared_event(device(0));
+  mtl_release(event);
+  encode_signal(cb, event, 1);
+}
+
 static void misuse_cases(void) {
   printf("misuse stops the program:\n");
   expect_abort("unknown selector", unknown_selector, "-[FakeMTLDevice makeCoffee]: unrecognized selector");
@@ -253,6 +303,11 @@ static void misuse_cases(void) {
   expect_abort("thread exits inside a pool", thread_exits_in_pool, "exited with 1 autorelease pool");
   expect_abort("released too often", over_release, "deallocated FakeMTLBuffer");
   expect_abort("memoryless buffer", memoryless_buffer, "storage mode 3");
+  expect_abort("event wait while encoding", wait_while_encoding,
+               "encodeWaitForEvent:value:: a blit command encoder is still encoding");
+  expect_abort("event signal after commit", signal_after_commit,
+               "encodeSignalEvent:value:: the command buffer was committed");
+  expect_abort("released event", released_event, "deallocated FakeMTLSharedEvent");
 }
 
 /* ---- what the tests rely on ---------------------------------------------------------------------- */
@@ -372,6 +427,114 @@ static void behaviour(void) {
          harness_failures ? "FAILED" : "ok");
 }
 
+/* ---- shared events ---------------------------------------------------------------------------------- */
+
+static void sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&t, &t) != 0) {
+  }
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static bool all_bytes(const unsigned char *p, size_t n, unsigned char value) {
+  for (size_t i = 0; i < n; i++)
+    if (p[i] != value) return false;
+  return true;
+}
+
+/* A command buffer with a wait, or a signal, and one copy; not committed. The
+ * wait comes before the copy, the signal after it. */
+static mtl_id evented_copy(mtl_id queue, mtl_id event, uint64_t value, bool signal, mtl_id src, mtl_id dst) {
+  mtl_id cb = mtl_command_buffer(queue);
+  if (!signal) encode_wait(cb, event, value);
+  mtl_id e = mtl_blit_command_encoder(cb);
+  mtl_copy_from_buffer(e, src, 0, dst, 0, 4096);
+  mtl_end_encoding(e);
+  if (signal) encode_signal(cb, event, value);
+  return cb;
+}
+
+static void events(void) {
+  printf("shared events:\n");
+  enum { N = 4096 };
+  void *pool = rt->pool_push();
+  fake_metal_counts c0 = counts();
+  mtl_id d = device(0), qa = mtl_new_command_queue(d), qb = mtl_new_command_queue(d);
+  mtl_id event = new_shared_event(d);
+  CHECK(counts().events == c0.events + 1);
+  CHECK_MSG(signaled_value(event) == 0, "a new event's signaledValue is %llu",
+            (unsigned long long)signaled_value(event));
+  CHECK(mtl_responds_to_selector(event, rt->sel_register_name("setSignaledValue:")));
+
+  /* Across queues: A waits for 1, then copies what B copied before signalling 1.
+   * A is committed first and has time to run: only the wait holds it back. */
+  mtl_id src = mtl_new_buffer_with_length(d, N, MTL_RESOURCE_STORAGE_SHARED);
+  mtl_id mid = mtl_new_buffer_with_length(d, N, MTL_RESOURCE_STORAGE_PRIVATE);
+  mtl_id dst = mtl_new_buffer_with_length(d, N, MTL_RESOURCE_STORAGE_SHARED);
+  unsigned char *s = mtl_contents(src), *t = mtl_contents(dst);
+  memset(s, 0x5a, N);
+  memset(t, 0, N);
+  mtl_id cb_a = evented_copy(qa, event, 1, false, mid, dst);
+  mtl_id cb_b = evented_copy(qb, event, 1, true, src, mid);
+  mtl_commit(cb_a);
+  sleep_ms(20); /* ten times FAKE_METAL_DELAY_US */
+  CHECK_MSG(mtl_status(cb_a) == MTL_CB_COMMITTED, "the waiting command buffer has status %lu",
+            (unsigned long)mtl_status(cb_a));
+  mtl_commit(cb_b);
+  mtl_wait_until_completed(cb_a);
+  mtl_wait_until_completed(cb_b);
+  CHECK(mtl_status(cb_a) == MTL_CB_COMPLETED && mtl_status(cb_b) == MTL_CB_COMPLETED);
+  CHECK_MSG(all_bytes(t, N, 0x5a), "A's copy did not see B's bytes (0x%02x)", t[0]);
+  CHECK(signaled_value(event) == 1);
+
+  /* From the host: a command buffer waiting for 2 does not run before the value
+   * is set; the counts do not wait for it meanwhile. */
+  memset(t, 0, N);
+  mtl_id cb = evented_copy(qa, event, 2, false, src, dst);
+  mtl_commit(cb);
+  sleep_ms(20);
+  CHECK(mtl_status(cb) == MTL_CB_COMMITTED && t[0] == 0);
+  double start = now_s();
+  (void)counts();
+  CHECK_MSG(now_s() - start < 2.0, "the counts waited %.1f s for a command buffer waiting for an event",
+            now_s() - start);
+  set_signaled_value(event, 2);
+  mtl_wait_until_completed(cb);
+  CHECK(mtl_status(cb) == MTL_CB_COMPLETED && all_bytes(t, N, 0x5a));
+  CHECK(signaled_value(event) == 2);
+  set_signaled_value(event, 0); /* Metal allows any value, a lower one too */
+  CHECK(signaled_value(event) == 0);
+
+  /* A queue released while its command buffer waits: the release returns, and
+   * the command buffer runs once the event is signalled. */
+  memset(t, 0, N);
+  mtl_id qc = mtl_new_command_queue(d);
+  cb = evented_copy(qc, event, 5, false, src, dst);
+  mtl_commit(cb);
+  mtl_release(qc);
+  CHECK(mtl_status(cb) == MTL_CB_COMMITTED);
+  set_signaled_value(event, 5);
+  mtl_wait_until_completed(cb);
+  CHECK(mtl_status(cb) == MTL_CB_COMPLETED && all_bytes(t, N, 0x5a));
+
+  mtl_release(event); /* the command buffers still hold it, until the pool goes */
+  mtl_release(src);
+  mtl_release(mid);
+  mtl_release(dst);
+  mtl_release(qa);
+  mtl_release(qb);
+  mtl_release(d);
+  rt->pool_pop(pool);
+  CHECK_MSG(counts().live_objects == c0.live_objects, "%ld objects held, %ld before", counts().live_objects,
+            c0.live_objects);
+  printf("  waits across queues, host signals, release while waiting: %s\n", harness_failures ? "FAILED" : "ok");
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *path = getenv("FERRY_METAL_LIBRARY");
@@ -393,6 +556,7 @@ int main(void) {
   /* Children first: the fork happens while this process has no thread of the fake's. */
   misuse_cases();
   behaviour();
+  events();
   ferry__metal_unload();
   ferry_shutdown();
   return harness_finish("fake_metal");
