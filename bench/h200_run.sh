@@ -119,8 +119,8 @@ if want queues; then
   stamp "bench_queues on every device, 64 MiB"
   limited 60 build/bench/bench_queues --bytes $((64 << 20)) --repeat 7 >"$OUT/bench_queues_64m.txt" 2>&1
   cat "$OUT/bench_queues_64m.txt"
-  stamp "ferry bench --paths queues on the CUDA device"
-  limited 60 build/ferry bench --device 0 --sizes 64,64M,1G --repeat 5 --paths queues --no-legend \
+  stamp "ferry bench --paths queues on every device (CUDA, NVIDIA OpenCL, NVIDIA Vulkan, PoCL)"
+  limited 180 build/ferry bench --sizes 64,64M,1G --repeat 5 --paths queues --no-legend \
     >"$OUT/ferry_bench_queues.txt" 2>&1
   cat "$OUT/ferry_bench_queues.txt"
   stamp "bench_queues --fresh, 10 processes (first use on the CUDA device)"
