@@ -222,10 +222,22 @@ static bool in_own_array(const ferry_mem *m, const void *p, size_t n) {
 
 /* ---- commands ------------------------------------------------------------ */
 
+/* Commands that move fewer bytes than this and have no ticket are not flushed
+ * on their own: they go to the device with the next command that is (one that
+ * moves more, has a ticket, a marker, a barrier) or with the program's own
+ * flush or wait on the queue. Every ticket's command is flushed, and with it
+ * everything enqueued before it, so whatever ferry or the program waits for
+ * has reached the device; what a small command waits for meanwhile is less
+ * than a flush costs on a GPU driver. */
+#define FLUSH_AT_BYTES ((size_t)256 << 10)
+
 /* A command was enqueued: flush it, so that the device starts it now and not
  * at the next blocking call (OpenCL may hold commands on the host until then),
- * and hand its event over as the ticket (where one was asked for). */
-static ferry_status pushed(ferry_device *dev, cl_command_queue q, cl_event ev, ferry_ticket *out, const char *what) {
+ * and hand its event over as the ticket (where one was asked for). `bytes`:
+ * what the command moves, 0 for commands that move nothing (always flushed). */
+static ferry_status pushed(ferry_device *dev, cl_command_queue q, cl_event ev, ferry_ticket *out, size_t bytes,
+                           const char *what) {
+  if (!out && bytes > 0 && bytes < FLUSH_AT_BYTES) return FERRY_OK;
   cl_int err = API->clFlush(q);
   if (err != CL_SUCCESS) {
     if (ev) API->clReleaseEvent(ev);
@@ -330,7 +342,7 @@ static ferry_status cl_marker(ferry_device *dev, ferry_lane *lane, bool timing, 
   cl_int err = API->clEnqueueMarkerWithWaitList(q, 0, NULL, &ev);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueMarkerWithWaitList", false, "a marker of the queue's work");
-  return pushed(dev, q, ev, out, "a marker");
+  return pushed(dev, q, ev, out, 0, "a marker");
 }
 
 /* A barrier on the lane waiting for `ticket`. Only an event of this device's
@@ -350,7 +362,7 @@ static ferry_status cl_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_devi
   err = API->clEnqueueBarrierWithWaitList(q, 1, &ev, NULL);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueBarrierWithWaitList", false, "a wait for an event of %s", ticket_dev->label);
-  return pushed(dev, q, NULL, NULL, "a wait for another queue's event");
+  return pushed(dev, q, NULL, NULL, 0, "a wait for another queue's event");
 }
 
 static ferry_status cl_ticket_query(ferry_device *dev, ferry_ticket ticket) {
@@ -476,7 +488,7 @@ static ferry_status cl_gate_push(ferry_device *dev, ferry_lane *lane, ferry_gate
   pthread_mutex_unlock(&g->lock);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, call, false, "a queue waiting for the host (a gate at %llu)", (unsigned long long)value);
-  return pushed(dev, q, NULL, NULL, "a wait for the host");
+  return pushed(dev, q, NULL, NULL, 0, "a wait for the host");
 }
 
 /* Completes the user events of every value up to `value`: the lanes waiting
@@ -620,7 +632,7 @@ static ferry_status transfer_start(ferry_device *dev, ferry_lane *lane, bool wri
     return cl_failed(dev, err, write ? "clEnqueueWriteBuffer" : "clEnqueueReadBuffer", false,
                      "%zu bytes at offset %zu %s %s host memory at %p, not blocking", n, off, write ? "from" : "to",
                      kind, host);
-  return pushed(dev, q, ev, out, write ? "a write" : "a read");
+  return pushed(dev, q, ev, out, n, write ? "a write" : "a read");
 }
 
 static ferry_status cl_write_start(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t off, const void *src,
@@ -656,7 +668,7 @@ static ferry_status cl_copy_start(ferry_device *dev, ferry_lane *lane, const fer
   cl_int err = API->clEnqueueCopyBuffer(q, mem_of(src), mem_of(dst), so, doff, n, 0, NULL, out ? &ev : NULL);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueCopyBuffer", false, "%zu bytes from offset %zu to offset %zu", n, so, doff);
-  return pushed(dev, q, ev, out, "a copy");
+  return pushed(dev, q, ev, out, n, "a copy");
 }
 
 /* clEnqueueFillBuffer takes patterns of 1 to 128 bytes, at offsets and sizes
@@ -672,7 +684,7 @@ static ferry_status cl_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueFillBuffer", false, "a %u-byte pattern over %zu bytes at offset %zu",
                      pattern_size, n, off);
-  return pushed(dev, q, ev, out, "a fill");
+  return pushed(dev, q, ev, out, n, "a fill");
 }
 
 /* ---- host-pointer buffers -------------------------------------------------- */
