@@ -99,24 +99,19 @@ typedef struct pinned_block {
   void *mapped; /* pin_alloc: what clEnqueueMapBuffer returned; NULL for pin_register */
 } pinned_block;
 
-/* A lane: an in-order queue of the device's context, without profiling; and,
- * from its first timing marker on, a second queue with profiling, the lane's
- * clock. A queue with profiling costs every command: on NVIDIA's OpenCL a
- * 64-byte non-blocking write took 8.2 us on one against 2.7 us without, so only
- * timing markers pay for the device's clock. */
+/* A lane: an in-order queue of the device's context. */
 typedef struct cl_lane {
   cl_command_queue queue;
-  cl_command_queue clock; /* NULL until the first timing marker; made under the device's lanes_lock */
-  struct cl_lane *next;   /* in the device's list, for synchronize */
+  struct cl_lane *next; /* in the device's list, for synchronize */
 } cl_lane;
 
 typedef struct cl_device {
   cl_platform_id platform;
   cl_device_id id;
   cl_context context;
-  cl_command_queue queue;                       /* ferry_device_native's */
-  int version;                                  /* the device's OpenCL version, major * 100 + minor */
-  cl_command_queue_properties clock_properties; /* CL_QUEUE_PROFILING_ENABLE where the device has it */
+  cl_command_queue queue;                      /* ferry_device_native's */
+  int version;                                 /* the device's OpenCL version, major * 100 + minor */
+  cl_command_queue_properties lane_properties; /* CL_QUEUE_PROFILING_ENABLE where the device has it */
   bool is_cpu;
   bool amd_free_memory; /* cl_amd_device_attribute_query: free memory can be asked */
   size_t base_align;    /* CL_DEVICE_MEM_BASE_ADDR_ALIGN in bytes: what ferry's own memory for buffers is aligned to */
@@ -297,11 +292,12 @@ static ferry_status cl_lane_create(ferry_device *dev, ferry_lane **out) {
   if (!l) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory for a command queue of %s", dev->label);
   cl_int err = CL_SUCCESS;
   const char *call = "";
-  l->queue = make_queue(cd, 0, &err, &call);
+  l->queue = make_queue(cd, cd->lane_properties, &err, &call);
   if (err != CL_SUCCESS || !l->queue) {
     if (l->queue) API->clReleaseCommandQueue(l->queue);
     free(l);
-    return cl_failed(dev, err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, call, true, "an in-order queue");
+    return cl_failed(dev, err != CL_SUCCESS ? err : CL_OUT_OF_RESOURCES, call, true, "an in-order queue%s",
+                     cd->lane_properties ? " with profiling" : "");
   }
   pthread_mutex_lock(&cd->lanes_lock);
   l->next = cd->lanes;
@@ -325,10 +321,6 @@ static void cl_lane_destroy(ferry_device *dev, ferry_lane *lane) {
    * finishes first, as clReleaseCommandQueue would make it. */
   API->clFinish(l->queue);
   API->clReleaseCommandQueue(l->queue);
-  if (l->clock) {
-    API->clFinish(l->clock);
-    API->clReleaseCommandQueue(l->clock);
-  }
   free(l);
 }
 
@@ -338,32 +330,11 @@ static ferry_status cl_lane_native(ferry_device *dev, ferry_lane *lane, ferry_na
   return FERRY_OK;
 }
 
-/* The lane's clock (made at its first use); NULL where the device has no
- * profiling, or with *err where making it failed. */
-static cl_command_queue lane_clock(ferry_device *dev, cl_lane *l, cl_int *err, const char **call) {
-  cl_device *cd = device_of(dev);
-  *err = CL_SUCCESS;
-  if (!cd->clock_properties) return NULL;
-  pthread_mutex_lock(&cd->lanes_lock);
-  if (!l->clock) {
-    cl_command_queue q = make_queue(cd, cd->clock_properties, err, call);
-    if (*err == CL_SUCCESS && q)
-      l->clock = q;
-    else if (q)
-      API->clReleaseCommandQueue(q);
-    else if (*err == CL_SUCCESS)
-      *err = CL_OUT_OF_RESOURCES;
-  }
-  cl_command_queue clock = l->clock;
-  pthread_mutex_unlock(&cd->lanes_lock);
-  return clock;
-}
-
-/* A marker of everything pushed on the lane so far. With `timing` (and a
- * lane), a marker on the lane's clock waits for it: that marker's
- * CL_PROFILING_COMMAND_END is when the lane's work before it completed, on
- * the device's clock, and its event is the ticket. */
+/* A marker of everything pushed on the lane so far. Every lane has profiling
+ * where the device has it, so `timing` asks for nothing more: the marker's
+ * CL_PROFILING_COMMAND_END is when the work before it completed. */
 static ferry_status cl_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out) {
+  (void)timing;
   if (!out) return FERRY_OK;
   *out = 0;
   cl_command_queue q = queue_of(dev, lane);
@@ -371,19 +342,7 @@ static ferry_status cl_marker(ferry_device *dev, ferry_lane *lane, bool timing, 
   cl_int err = API->clEnqueueMarkerWithWaitList(q, 0, NULL, &ev);
   if (err != CL_SUCCESS)
     return cl_failed(dev, err, "clEnqueueMarkerWithWaitList", false, "a marker of the queue's work");
-  const char *call = "";
-  cl_command_queue clock = timing && lane ? lane_clock(dev, (cl_lane *)lane, &err, &call) : NULL;
-  if (err != CL_SUCCESS) {
-    API->clReleaseEvent(ev);
-    return cl_failed(dev, err, call, true, "an in-order queue with profiling (a queue's clock)");
-  }
-  if (!clock) return pushed(dev, q, ev, out, 0, "a marker");
-  ferry_status st = pushed(dev, q, NULL, NULL, 0, "a marker");
-  cl_event timed = NULL;
-  if (st == FERRY_OK && (err = API->clEnqueueMarkerWithWaitList(clock, 1, &ev, &timed)) != CL_SUCCESS)
-    st = cl_failed(dev, err, "clEnqueueMarkerWithWaitList", false, "a marker on a queue's clock");
-  API->clReleaseEvent(ev);
-  return st == FERRY_OK ? pushed(dev, clock, timed, out, 0, "a marker on a queue's clock") : st;
+  return pushed(dev, q, ev, out, 0, "a marker");
 }
 
 /* A barrier on the lane waiting for `ticket`. Only an event of this device's
@@ -1169,12 +1128,12 @@ static ferry_status add_device(ferry_probe *probe, cl_platform_id platform, cons
     return FERRY_ERROR_UNSUPPORTED;
   }
   free(version);
-  /* Profiling where the device has it (every conformant one does), on the
-   * lanes' clocks only. */
+  /* Profiling on every lane where the device has it (every conformant one
+   * does): the timing markers' clock. */
   cl_command_queue_properties queue_props = 0;
   if (API->clGetDeviceInfo(id, CL_DEVICE_QUEUE_PROPERTIES, sizeof queue_props, &queue_props, NULL) != CL_SUCCESS)
     queue_props = 0;
-  cd->clock_properties = queue_props & CL_QUEUE_PROFILING_ENABLE;
+  cd->lane_properties = queue_props & CL_QUEUE_PROFILING_ENABLE;
   char *extensions = device_string(id, CL_DEVICE_EXTENSIONS);
   cd->amd_free_memory = has_extension(extensions, "cl_amd_device_attribute_query");
   free(extensions);
