@@ -109,6 +109,18 @@ void *harness_aligned(size_t align, size_t bytes) {
   return p;
 }
 
+double harness_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+void harness_sleep_ms(long ms) {
+  struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+  while (nanosleep(&t, &t) != 0 && errno == EINTR) {
+  }
+}
+
 /* ---- running cases ------------------------------------------------------------------- */
 
 static const char *case_pattern;

@@ -77,6 +77,11 @@ ferry_device *harness_device_of(const char *backend);
 /* Memory aligned to `align` (a power of two), at least `bytes` long; free with free(). */
 void *harness_aligned(size_t align, size_t bytes);
 
+/* Seconds on the monotonic clock. */
+double harness_now_s(void);
+/* Sleeps `ms` milliseconds, the whole of them even where a signal interrupts. */
+void harness_sleep_ms(long ms);
+
 /* ---- running cases (the conformance suite's runner, tests that reuse its cases) ----
  *
  * A case runs between harness_case_begin and harness_case_end, which prints one

@@ -65,12 +65,6 @@ static void slurp(int fd, char *buf, size_t size) {
 /* The environment of the next runs: "NAME=VALUE" (an empty VALUE unsets NAME). */
 static const char *env_for_run[8];
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* Runs `ferry ARGS...` (NULL-terminated), with only the native backend unless
  * env_for_run says otherwise. */
 static const result *ferry_v(const char *first, va_list ap) {
@@ -91,7 +85,7 @@ static const result *ferry_v(const char *first, va_list ap) {
   unlink(out_name);
   unlink(err_name);
   fflush(NULL);
-  double t0 = now();
+  double t0 = harness_now_s();
   pid_t pid = fork();
   if (pid == 0) {
     dup2(out, 1);
@@ -111,7 +105,7 @@ static const result *ferry_v(const char *first, va_list ap) {
   }
   int status = 0;
   if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status)) res.code = WEXITSTATUS(status);
-  res.seconds = now() - t0;
+  res.seconds = harness_now_s() - t0;
   slurp(out, res.out, sizeof res.out);
   slurp(err, res.err, sizeof res.err);
   return &res;
@@ -598,9 +592,9 @@ static void check_interrupt(void) {
   /* Interrupted once the first figures are in (the JSON is written only at the end):
    * the header is out when Ctrl-C is caught, and the first row takes well under 1.5 s. */
   struct timespec tick = {0, 20000000}, wait = {1, 500000000};
-  double t0 = now();
+  double t0 = harness_now_s();
   char head[4096] = "";
-  while (now() - t0 < 30 && !strstr(head, "Each figure is a median")) {
+  while (harness_now_s() - t0 < 30 && !strstr(head, "Each figure is a median")) {
     nanosleep(&tick, NULL);
     FILE *h = fopen(out, "r");
     if (!h) continue;

@@ -639,17 +639,6 @@ static ferry_status host_push(ferry_device *dev, ferry_lane *lane, ferry_dma_dir
   return o->dma_start(dev, lane, dir, mem, off, &pin, n, out);
 }
 
-static void nap_ms(int ms) {
-  struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&t, NULL);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 /* The first byte of [p, p + n) that is not `byte`, or SIZE_MAX. */
 static size_t not_byte(const unsigned char *p, size_t n, unsigned char byte) {
   for (size_t i = 0; i < n; i++)
@@ -771,7 +760,7 @@ static void gates(ferry_device *dev) {
   /* Another lane is not held: its work completes while the first waits. */
   CHECK_OK(o->fill_start(dev, other, &y.s->mem, 0, 4096, 0x09, 1, &ty));
   CHECK_OK(ferry__ticket_finish(dev, ty));
-  nap_ms(50);
+  harness_sleep_ms(50);
   CHECK_STATUS(o->ticket_query(dev, t1), FERRY_NOT_READY);
   CHECK_STATUS(o->ticket_query(dev, t3), FERRY_NOT_READY);
   /* The synchronous read is on another lane: the bytes are the old ones. */
@@ -783,7 +772,7 @@ static void gates(ferry_device *dev) {
   /* To 1: the first write, not the second. */
   CHECK_OK(o->gate_raise(dev, g, 1));
   CHECK_OK(o->ticket_wait(dev, t1));
-  nap_ms(30);
+  harness_sleep_ms(30);
   CHECK_STATUS(o->ticket_query(dev, t2), FERRY_NOT_READY);
   CHECK_OK(ferry_read(x.b, 0, back, n));
   CHECK(not_byte(back, 4096, 1) == SIZE_MAX && not_byte(back + 4096, 8192, 0) == SIZE_MAX);
@@ -807,11 +796,11 @@ static void gates(ferry_device *dev) {
   CHECK_OK(o->gate_push(dev, lane, g2, 5));
   CHECK_OK(o->fill_start(dev, lane, &x.s->mem, 0, 4096, 0x05, 1, &t1));
   CHECK_OK(o->fill_start(dev, other, &y.s->mem, 0, 4096, 0x06, 1, &t2));
-  nap_ms(30);
+  harness_sleep_ms(30);
   CHECK_STATUS(o->ticket_query(dev, t1), FERRY_NOT_READY);
   CHECK_STATUS(o->ticket_query(dev, t2), FERRY_NOT_READY);
   CHECK_OK(o->gate_raise(dev, g2, 4)); /* opens 2, not 5 */
-  nap_ms(30);
+  harness_sleep_ms(30);
   CHECK_STATUS(o->ticket_query(dev, t1), FERRY_NOT_READY);
   CHECK_STATUS(o->ticket_query(dev, t2), FERRY_NOT_READY);
   CHECK_OK(o->gate_raise(dev, g2, 5));
@@ -921,13 +910,13 @@ static void markers(ferry_device *dev) {
   unsigned char *src = lane_host(dev, n);
   memset(src, 0x3c, n);
   ferry_ticket m0 = 0, m1 = 0, m2 = 0;
-  double t0 = now_s();
+  double t0 = harness_now_s();
   CHECK_OK(o->marker(dev, lane, true, &m0));
   for (int i = 0; i < 4; i++)
     CHECK_OK(host_push(dev, lane, FERRY_DMA_TO_DEVICE, &a.s->mem, 0, src, n, NULL));
   CHECK_OK(o->marker(dev, lane, true, &m1));
   CHECK_OK(o->ticket_wait(dev, m1));
-  double host_ms = (now_s() - t0) * 1e3;
+  double host_ms = (harness_now_s() - t0) * 1e3;
   CHECK_OK(o->ticket_wait(dev, m0));
   CHECK_OK(o->marker(dev, other, true, &m2));
   CHECK_OK(o->ticket_wait(dev, m2));
@@ -977,7 +966,7 @@ static void lane_waits(const ferry_cl_api *api, ferry_device *dev) {
   CHECK_OK(o->marker(dev, l1, false, &m1));
   CHECK_OK(o->lane_wait(dev, l2, dev, m1));
   CHECK_OK(host_push(dev, l2, FERRY_DMA_TO_HOST, &x.s->mem, 0, back, 4096, &t2));
-  nap_ms(50);
+  harness_sleep_ms(50);
   CHECK_STATUS(o->ticket_query(dev, t2), FERRY_NOT_READY);
   CHECK_MSG(not_byte(back, 4096, 0xEE) == SIZE_MAX, "a read waiting for another lane ran before it");
   CHECK_OK(o->gate_raise(dev, g, 1));
@@ -1353,7 +1342,7 @@ typedef struct later {
 
 static void *complete_later(void *arg) {
   later *l = arg;
-  nap_ms(60);
+  harness_sleep_ms(60);
   l->api->clSetUserEventStatus(l->ev, CL_COMPLETE);
   return NULL;
 }
@@ -1382,10 +1371,10 @@ static void synchronize_waits(const ferry_cl_api *api, ferry_device *dev) {
           CL_SUCCESS);
     CHECK(api->clFlush(queues[k]) == CL_SUCCESS);
     pthread_t t;
-    double t0 = now_s();
+    double t0 = harness_now_s();
     pthread_create(&t, NULL, complete_later, &l);
     CHECK_OK(ferry_device_synchronize(dev));
-    double waited = now_s() - t0;
+    double waited = harness_now_s() - t0;
     pthread_join(t, NULL);
     CHECK_MSG(waited >= 0.05, "ferry_device_synchronize returned after %.1f ms, before the work on %s ran",
               waited * 1e3, names[k]);

@@ -429,18 +429,6 @@ static void behaviour(void) {
 
 /* ---- shared events ---------------------------------------------------------------------------------- */
 
-static void sleep_ms(long ms) {
-  struct timespec t = {ms / 1000, (ms % 1000) * 1000000};
-  while (nanosleep(&t, &t) != 0) {
-  }
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static bool all_bytes(const unsigned char *p, size_t n, unsigned char value) {
   for (size_t i = 0; i < n; i++)
     if (p[i] != value) return false;
@@ -482,7 +470,7 @@ static void events(void) {
   mtl_id cb_a = evented_copy(qa, event, 1, false, mid, dst);
   mtl_id cb_b = evented_copy(qb, event, 1, true, src, mid);
   mtl_commit(cb_a);
-  sleep_ms(20); /* ten times FAKE_METAL_DELAY_US */
+  harness_sleep_ms(20); /* ten times FAKE_METAL_DELAY_US */
   CHECK_MSG(mtl_status(cb_a) == MTL_CB_COMMITTED, "the waiting command buffer has status %lu",
             (unsigned long)mtl_status(cb_a));
   mtl_commit(cb_b);
@@ -497,12 +485,12 @@ static void events(void) {
   memset(t, 0, N);
   mtl_id cb = evented_copy(qa, event, 2, false, src, dst);
   mtl_commit(cb);
-  sleep_ms(20);
+  harness_sleep_ms(20);
   CHECK(mtl_status(cb) == MTL_CB_COMMITTED && t[0] == 0);
-  double start = now_s();
+  double start = harness_now_s();
   (void)counts();
-  CHECK_MSG(now_s() - start < 2.0, "the counts waited %.1f s for a command buffer waiting for an event",
-            now_s() - start);
+  CHECK_MSG(harness_now_s() - start < 2.0, "the counts waited %.1f s for a command buffer waiting for an event",
+            harness_now_s() - start);
   set_signaled_value(event, 2);
   mtl_wait_until_completed(cb);
   CHECK(mtl_status(cb) == MTL_CB_COMPLETED && all_bytes(t, N, 0x5a));

@@ -225,10 +225,11 @@ static bool in_own_array(const ferry_mem *m, const void *p, size_t n) {
 /* Commands that move fewer bytes than this and have no ticket are not flushed
  * on their own: they go to the device with the next command that is (one that
  * moves more, has a ticket, a marker, a barrier) or with the program's own
- * flush or wait on the queue. Every ticket's command is flushed, and with it
+ * flush or wait on the queue. Nothing waits for a command without a ticket
+ * but through a later ticket, and every ticket's command is flushed with
  * everything enqueued before it, so whatever ferry or the program waits for
- * has reached the device; what a small command waits for meanwhile is less
- * than a flush costs on a GPU driver. */
+ * has reached the device. A small command may start later; its submission
+ * no longer pays a flush (0.8 us on NVIDIA, several with a busy queue). */
 #define FLUSH_AT_BYTES ((size_t)256 << 10)
 
 /* A command was enqueued: flush it, so that the device starts it now and not
