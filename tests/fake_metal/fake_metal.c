@@ -1330,12 +1330,20 @@ __attribute__((destructor)) static void at_exit(void) {
     _exit(1);
   }
   /* A queue released while its thread waited for an event may still have that
-   * thread, which uses the queue's memory: that one stays. */
+   * thread, which uses the queue's memory: that one stays. The thread marks
+   * itself finished under the queue's lock and touches the queue no more once
+   * it lets go of it, so the lock taken here is what says it is gone. */
   for (fobj **link = &zombies; *link;) {
     fobj *z = *link;
-    if (z->kind == K_QUEUE && atomic_load(&((fqueue *)z)->detached) && !atomic_load(&((fqueue *)z)->finished)) {
-      link = &z->next;
-      continue;
+    if (z->kind == K_QUEUE && atomic_load(&((fqueue *)z)->detached)) {
+      fqueue *q = (fqueue *)z;
+      pthread_mutex_lock(&q->qlock);
+      bool gone = atomic_load(&q->finished);
+      pthread_mutex_unlock(&q->qlock);
+      if (!gone) {
+        link = &z->next;
+        continue;
+      }
     }
     *link = z->next;
     free(z);
