@@ -707,6 +707,43 @@ static void blocked_user_streams(void) {
   free(w.back);
 }
 
+/* ---- the program's own work on a queue's stream ------------------------------------------- */
+
+/* A host part of ferry's (a queued write into a host-pointer buffer: a copy by
+ * the host) waits for what the program pushed on the queue's stream before it,
+ * even when ferry itself has pushed nothing there yet. */
+static void native_work_before_host_part(void) {
+  section("the program's work on a queue's stream comes before a later host part of ferry's");
+  CHECK(api->cuCtxSetCurrent(ctx_of(dev0)) == FCU_SUCCESS);
+  void *gate_host = NULL;
+  cu_deviceptr gate = gate_new(&gate_host);
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  unsigned char *array = harness_aligned(page, page);
+  memset(array, 0, page);
+  ferry_buffer h = FERRY_NULL_BUFFER;
+  ferry_refusal why = FERRY_REFUSAL_NONE;
+  CHECK_OK(ferry_alloc_host_ptr(dev0, ferry_array_of(array, page, FERRY_UINT8), &h, &why));
+  ferry_queue q = FERRY_NULL_QUEUE;
+  CHECK_OK(ferry_queue_create(dev0, &q));
+  ferry_native qn;
+  CHECK_OK(ferry_queue_native(q, &qn));
+  CHECK(api->cuStreamWaitValue32((cu_stream)qn.queue, gate, 1, FCU_STREAM_WAIT_VALUE_GEQ) == FCU_SUCCESS);
+  unsigned char src[64];
+  memset(src, 0x77, sizeof src);
+  CHECK_OK(ferry_write_async(q, h, 0, src, sizeof src));
+  usleep(50000);
+  CHECK_MSG(array[0] == 0 && array[63] == 0,
+            "a queued write into a host-pointer buffer ran before the program's work pushed on the queue's stream");
+  CHECK_STATUS(ferry_queue_query(q), FERRY_NOT_READY);
+  __atomic_store_n((uint32_t *)gate_host, 1, __ATOMIC_RELEASE);
+  CHECK_OK(ferry_queue_synchronize(q));
+  CHECK(array[0] == 0x77 && array[63] == 0x77 && array[64] == 0);
+  CHECK_OK(ferry_queue_destroy(q));
+  CHECK_OK(ferry_free(h));
+  CHECK(api->cuMemFreeHost(gate_host) == FCU_SUCCESS);
+  free(array);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   const char *lib = getenv("FERRY_CUDA_LIBRARY");
@@ -740,6 +777,7 @@ int main(void) {
   misaligned_pinned();
   lent_memory();
   blocked_user_streams();
+  native_work_before_host_part();
   staging_per_operation();
   harness_context = "";
   ferry_shutdown();

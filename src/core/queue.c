@@ -804,7 +804,11 @@ static ferry_status submit_locked(ferry_queue_obj *q, q_entry *e, plan *p, plan_
   case PLAN_STAGED: {
     e->mode = kind == PLAN_STAGED ? ENTRY_STAGED : ENTRY_HOST;
     ferry_ticket start = 0;
-    if (q->lane && q->device_work && (st = dev->ops->marker(dev, q->lane, false, &start)) != FERRY_OK) return st;
+    /* The host part starts once the lane's earlier work is done: ferry's, and
+     * the program's own once it has had the lane. */
+    if (q->lane && (q->device_work || q->native_out) &&
+        (st = dev->ops->marker(dev, q->lane, false, &start)) != FERRY_OK)
+      return st;
     if (kind == PLAN_STAGED) {
       e->stage = stage;
       ferry_ticket final = 0;
@@ -1091,7 +1095,12 @@ ferry_status ferry_queue_native(ferry_queue queue, ferry_native *out_native) {
                        "so no native queue is ordered with them; order your own work with ferry_event_record and "
                        "ferry_event_synchronize",
                        fn, dev->label);
-    if (st == FERRY_OK) *out_native = n;
+    if (st == FERRY_OK) {
+      *out_native = n;
+      pthread_mutex_lock(&q->lock);
+      q->native_out = q->lane != NULL;
+      pthread_mutex_unlock(&q->lock);
+    }
     ferry__queue_unref(q);
   }
   ferry__leave();

@@ -53,6 +53,7 @@ struct ferry_queue_obj {
   _Atomic bool failing;        /* a failure not yet reported (read without the lock by the synchronous calls) */
   unsigned ticketless;         /* direct entries in a row without a ticket */
   bool device_work;            /* work pushed on the lane since the last host part began */
+  bool native_out;             /* ferry_queue_native handed the lane out: the program's own work may be on it */
   bool waiting;                /* a thread waits for a ticket outside the lock: `waited`'s */
   struct q_entry *waited;      /* the entry whose ticket it waits for (the head, or a ticketless run's witness) */
   unsigned host_queued;        /* host parts not yet done */
