@@ -17,9 +17,9 @@ static const conformance_backend backends[] = {
     /* CUdevice 0 is the first GPU and the device's native queue is stream 0 (the
      * legacy default stream): only the context is certain to be non-zero. */
     {"cuda", CONF_NATIVE_CONTEXT, CONF_QUEUE_NATIVE_GIVEN, no_skips},
-    /* id<MTLDevice> and id<MTLCommandQueue>; Metal has no context. Its queues
-     * run on ferry's thread, on no command queue of their own. */
-    {"metal", CONF_NATIVE_DEVICE | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_REFUSED, no_skips},
+    /* id<MTLDevice> and id<MTLCommandQueue>; Metal has no context. Each queue
+     * has a command queue of its own. */
+    {"metal", CONF_NATIVE_DEVICE | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_GIVEN, no_skips},
     /* cl_device_id, cl_context, cl_command_queue. */
     {"opencl", CONF_NATIVE_DEVICE | CONF_NATIVE_CONTEXT | CONF_NATIVE_QUEUE, CONF_QUEUE_NATIVE_GIVEN, no_skips},
     /* VkPhysicalDevice, VkDevice, VkQueue (and its family). Without timeline

@@ -85,7 +85,8 @@ typedef enum ferry_dma_dir {
  * queue). Work pushed on one lane runs in the order pushed; work on different
  * lanes is unordered unless a lane_wait or a gate orders it. Each ferry queue
  * has a lane of its own, and every device has two more for the synchronous
- * calls (one per direction); the core makes them with lane_create. A device
+ * calls (one per direction, none with FERRY_CAP_SYNC_NO_LANES); the core makes
+ * them with lane_create. A device
  * without lane_create has no lanes: the core passes NULL for every lane, and
  * each *_start operation does its work before it returns (ticket 0).
  *
@@ -291,6 +292,15 @@ enum {
   FERRY_CAP_OVERLAP_COPY = 1u << 1, /* copy handles overlapping ranges of one allocation (memmove) */
   FERRY_CAP_STAGE = 1u << 2,        /* transfers from pinned memory beat the driver's pageable ones: the core
                                        stages large pageable transfers through pinned blocks (GPUs) */
+  /* Work pushed on a lane moves whole 4-byte words at offsets that are
+   * multiples of 4 (Metal's blits on macOS): a queue's copy, fill or DMA that
+   * is not one runs as a host part (the backend's synchronous calls, which move
+   * the odd bytes through the host). */
+  FERRY_CAP_LANE_WORDS = 1u << 3,
+  /* The synchronous calls pass no lane (NULL), so that the backend does each on
+   * its own device queue as it did before lanes (complete on return where it
+   * must); the device's queues still have lanes. */
+  FERRY_CAP_SYNC_NO_LANES = 1u << 4,
 };
 
 /* What a backend tells the core about each device it found. */

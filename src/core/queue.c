@@ -563,7 +563,13 @@ typedef enum plan_kind { PLAN_NOTHING, PLAN_DIRECT, PLAN_HOST, PLAN_STAGED } pla
 
 /* Direct pushes that the backend refused once (FERRY_ERROR_UNSUPPORTED), so
  * that the next classification takes another way. */
-enum { REFUSED_WRITE_START = 1, REFUSED_READ_START = 2, REFUSED_PEER = 4, REFUSED_LANE_WAIT = 8 };
+enum { REFUSED_WRITE_START = 1, REFUSED_READ_START = 2, REFUSED_PEER = 4, REFUSED_LANE_WAIT = 8, REFUSED_FILL = 16 };
+
+/* Whether the device's lanes can move n bytes at offsets a and b
+ * (FERRY_CAP_LANE_WORDS: whole words at word offsets only). */
+static bool lane_fits(const ferry_device *dev, size_t a, size_t b, size_t n) {
+  return !(dev->caps & FERRY_CAP_LANE_WORDS) || ((a | b | n) & 3) == 0;
+}
 
 typedef struct plan {
   plan_kind kind;
@@ -586,7 +592,7 @@ typedef struct plan {
 static plan_kind host_transfer(ferry_queue_obj *q, plan *p, ferry_dma_dir dir, ferry_slot *slot, size_t offset,
                                void *host, size_t n) {
   ferry_device *dev = q->dev;
-  if (slot->mem.host) return PLAN_HOST;
+  if (slot->mem.host || !lane_fits(dev, offset, (uintptr_t)host, n)) return PLAN_HOST;
   if (ferry__pinned_for(dev, host, n, n >= ((size_t)64 << 10), &p->pin)) {
     p->dma = true;
     p->dir = dir;
@@ -665,7 +671,10 @@ static plan_kind classify(ferry_queue_obj *q, const ferry_op *op, plan *p) {
                : PLAN_HOST;
   case FERRY_OP_FILL:
     if (op->bytes == 0) return dev->ops->check ? PLAN_HOST : PLAN_NOTHING;
-    return op->dst->mem.host || !dev->ops->fill_start ? PLAN_HOST : PLAN_DIRECT;
+    return op->dst->mem.host || !dev->ops->fill_start || (p->refused & REFUSED_FILL) ||
+                   !lane_fits(dev, op->dst_offset, 0, op->bytes)
+               ? PLAN_HOST
+               : PLAN_DIRECT;
   case FERRY_OP_WRITE:
     if (op->bytes == 0) return dev->ops->check ? PLAN_HOST : PLAN_NOTHING;
     if (ferry__op_own_bytes(op->dst, op->dst_offset, op->host)) return PLAN_HOST;
@@ -691,6 +700,7 @@ static plan_kind classify(ferry_queue_obj *q, const ferry_op *op, plan *p) {
     return sdev == dev
                ? host_transfer(q, p, FERRY_DMA_TO_HOST, s, op->src_offset, (char *)d->mem.host + op->dst_offset, n)
                : PLAN_HOST;
+  if (!lane_fits(sdev, op->src_offset, 0, n) || !lane_fits(ddev, op->dst_offset, 0, n)) return PLAN_HOST;
   if (sdev == ddev) return PLAN_DIRECT;
   if (sdev->backend == ddev->backend && sdev->ops->peer_start && !(p->refused & REFUSED_PEER)) return PLAN_DIRECT;
   /* Between devices through a ring: the queue's side pushed ahead. */
@@ -748,6 +758,7 @@ static ferry_status push_direct(ferry_queue_obj *q, q_entry *e, plan *p, bool wa
     case FERRY_OP_FILL:
       st =
           dev->ops->fill_start(dev, lane, &op->dst->mem, op->dst_offset, op->bytes, op->pattern, op->pattern_size, out);
+      if (st == FERRY_ERROR_UNSUPPORTED) p->refused |= REFUSED_FILL; /* a pattern the device cannot fill */
       break;
     default: {
       ferry_slot *s = op->src, *d = op->dst;

@@ -116,7 +116,7 @@ ferry_status ferry__device_add(ferry_probe *probe, const ferry_device_desc *desc
   }
   ferry__engine_device_init(dev);
   /* The synchronous calls' lanes, one per direction. */
-  for (int d = 0; d < 2 && st == FERRY_OK && dev->ops->lane_create; d++)
+  for (int d = 0; d < 2 && st == FERRY_OK && dev->ops->lane_create && !(dev->caps & FERRY_CAP_SYNC_NO_LANES); d++)
     st = dev->ops->lane_create(dev, &dev->state->sync_lane[d]);
   if (st != FERRY_OK) {
     char text[1024];

@@ -5,10 +5,18 @@
  * and the introspection functions the selector check uses) and Metal's
  * (MTLCopyAllDevices, MTLCreateSystemDefaultDevice).
  *
- * objc_msgSend is a C function of (id, SEL, five uintptr_t): every method ferry
- * calls has integer and pointer arguments only, which the 64-bit calling
- * conventions pass exactly like uintptr_t. It dispatches on the receiver's class
- * and the selector, and behaves as Apple documents, strictly:
+ * objc_msgSend's dispatcher (fake_msg_send_impl) is a C function of (id, SEL,
+ * five uintptr_t): every method ferry calls has integer and pointer arguments
+ * only, which the 64-bit calling conventions pass exactly like uintptr_t. Its
+ * result is a uintptr_t; a method that returns a double returns the double's
+ * bits. objc_msgSend itself is a few instructions of assembly (x86-64 and arm64,
+ * ELF) that call the dispatcher with the arguments untouched and copy its result
+ * into the first floating-point register as well, so that a call through a cast
+ * to a prototype returning double reads the double, as from Apple's objc_msgSend;
+ * elsewhere it is the dispatcher under that name, and a double result does not
+ * reliably reach a caller that expects one.
+ * It dispatches on the receiver's class and the selector, and behaves as Apple
+ * documents, strictly:
  *  - a selector the receiver's class does not have, or a message to a released
  *    object, aborts with its name (Apple's runtime raises; ferry must never);
  *  - reference counts are real: new... and Copy... results are +1, others are
@@ -17,6 +25,12 @@
  *    object still held is counted (fake_metal_counts_get, FAKE_METAL_CHECK_LEAKS);
  *  - command buffers run on their queue's own thread, after FAKE_METAL_DELAY_US,
  *    so a missing waitUntilCompleted shows as wrong bytes;
+ *  - GPUStartTime and GPUEndTime: Metal gives the host times (seconds, a double)
+ *    when the GPU started and finished executing the command buffer, 0.0 until it
+ *    completed. The fake takes CLOCK_MONOTONIC on the queue's thread when it starts
+ *    the commands (after FAKE_METAL_DELAY_US) and after the last one, and answers
+ *    0.0 until the status is completed or error; an event wait lies between the
+ *    two, as on a GPU;
  *  - private buffers have no contents; managed ones keep a CPU and a GPU copy,
  *    so a missing didModifyRange: or synchronizeResource: shows stale bytes;
  *  - blits follow macOS's rules (offsets and size multiples of 4, in bounds, no
@@ -334,6 +348,9 @@ typedef struct fcb {
   size_t op_count, op_capacity;
   bool fail;       /* injected: ends in error */
   fnserror *error; /* set when it ends in error */
+  /* GPUStartTime and GPUEndTime (CLOCK_MONOTONIC seconds): written by the queue's
+   * thread before it stores the final status, read only after loading it. */
+  double gpu_start, gpu_end;
   struct fcb *next_in_queue;
 } fcb;
 
@@ -568,6 +585,8 @@ enum {
   S_WAIT,
   S_STATUS,
   S_ERROR,
+  S_GPU_START,
+  S_GPU_END,
   S_COPY,
   S_FILL,
   S_SYNCHRONIZE,
@@ -617,6 +636,8 @@ static const struct method_info {
     [S_WAIT] = {"waitUntilCompleted", KIND(K_COMMAND_BUFFER), "v@:"},
     [S_STATUS] = {"status", KIND(K_COMMAND_BUFFER), "Q@:"},
     [S_ERROR] = {"error", KIND(K_COMMAND_BUFFER), "@@:"},
+    [S_GPU_START] = {"GPUStartTime", KIND(K_COMMAND_BUFFER), "d@:"},
+    [S_GPU_END] = {"GPUEndTime", KIND(K_COMMAND_BUFFER), "d@:"},
     [S_COPY] = {"copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", KIND(K_BLIT_ENCODER), "v@:@Q@QQ"},
     [S_FILL] = {"fillBuffer:range:value:", KIND(K_BLIT_ENCODER), "v@:@{_NSRange=QQ}C"},
     [S_SYNCHRONIZE] = {"synchronizeResource:", KIND(K_BLIT_ENCODER), "v@:@"},
@@ -846,11 +867,20 @@ static void sleep_us(long us) {
   }
 }
 
+/* The host time GPUStartTime and GPUEndTime answer, in seconds. */
+static double host_seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 /* The commands in the order they were encoded. A command buffer that fails
  * (injected) skips its blits but still waits and signals: otherwise a queue
- * waiting for it would wait forever. */
+ * waiting for it would wait forever. Its GPU times span them all, event waits
+ * included; queue_thread publishes them with the status. */
 static void run_command_buffer(fcb *cb) {
   sleep_us(cfg.delay_us);
+  cb->gpu_start = host_seconds();
   if (cb->fail) {
     fnserror *e = obj_new(K_ERROR, sizeof *e);
     e->code = cfg.error_code;
@@ -887,6 +917,7 @@ static void run_command_buffer(fcb *cb) {
       break;
     }
   }
+  cb->gpu_end = host_seconds();
 }
 
 static void *queue_thread(void *arg) {
@@ -902,6 +933,8 @@ static void *queue_thread(void *arg) {
     pthread_mutex_unlock(&q->qlock);
     run_command_buffer(cb);
     pthread_mutex_lock(&q->qlock);
+    /* Sequentially consistent, so a release: the error and the GPU times written
+     * above are visible to whoever loads this status. */
     atomic_store(&cb->status, cb->error ? CB_ERROR : CB_COMPLETED);
     q->pending--;
     pthread_cond_broadcast(&q->cond);
@@ -1146,12 +1179,34 @@ static void wait_until_completed(fcb *cb) {
 
 /* ---- objc_msgSend ------------------------------------------------------------------------------- */
 
+/* objc_msgSend is an assembly trampoline over the dispatcher where one is written
+ * (64-bit x86 and arm64, ELF); elsewhere it is a C function that calls it. */
+#if defined(__ELF__) && (defined(__x86_64__) || defined(__aarch64__)) && UINTPTR_MAX == UINT64_MAX
+#define FAKE_MSG_SEND_TRAMPOLINE 1
+#else
+#define FAKE_MSG_SEND_TRAMPOLINE 0
+#endif
+
+/* The dispatcher: hidden, so that the trampoline's call binds to it directly,
+ * and kept though no C code calls it. */
+__attribute__((visibility("hidden"), used)) uintptr_t
+fake_msg_send_impl(fobj *self, const fsel *op, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3, uintptr_t a4);
+
 static _Noreturn void unrecognized(const fobj *self, const fsel *op) {
   misuse("-[%s %s]: unrecognized selector sent to instance %p", class_name(self), op->name, (const void *)self);
 }
 
-FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3,
-                                uintptr_t a4) {
+/* A double result, as the dispatcher returns it: its bits, which objc_msgSend's
+ * trampoline puts in the floating-point return register. */
+static uintptr_t double_result(double value) {
+  _Static_assert(sizeof(uintptr_t) >= sizeof(double) || !FAKE_MSG_SEND_TRAMPOLINE, "a double fits a uintptr_t");
+  uintptr_t bits = 0;
+  memcpy(&bits, &value, sizeof bits < sizeof value ? sizeof bits : sizeof value);
+  return bits;
+}
+
+uintptr_t fake_msg_send_impl(fobj *self, const fsel *op, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3,
+                             uintptr_t a4) {
   if (!op || op->magic != SEL_MAGIC)
     misuse("objc_msgSend: %p is not a selector from sel_registerName", (const void *)op);
   if (!self) return 0; /* a message to nil returns nil */
@@ -1250,6 +1305,13 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
     fcb *cb = (fcb *)self;
     return atomic_load(&cb->status) == CB_ERROR ? (uintptr_t)cb->error : 0;
   }
+  case S_GPU_START:
+  case S_GPU_END: {
+    /* The status is loaded first (an acquire): the times were written before it was stored. */
+    fcb *cb = (fcb *)self;
+    if (atomic_load(&cb->status) < CB_COMPLETED) return double_result(0.0);
+    return double_result(op->id == S_GPU_START ? cb->gpu_start : cb->gpu_end);
+  }
   /* MTLBlitCommandEncoder */
   case S_COPY: blit_copy((fblit *)self, a0, a1, a2, a3, a4); return 0;
   case S_FILL: blit_fill((fblit *)self, a0, a1, a2, a3 & 0xff); return 0;
@@ -1271,6 +1333,70 @@ FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintpt
   default: unrecognized(self, op);
   }
 }
+
+#if FAKE_MSG_SEND_TRAMPOLINE
+/* objc_msgSend: calls fake_msg_send_impl with every argument as it came (the
+ * seventh, a4, is on the stack on x86-64: copied to the dispatcher's own
+ * argument slot, the stack 16-byte aligned at the call), then copies the integer
+ * result into the floating-point return register too (xmm0, d0), so that both an
+ * integer and a double return read what the method answered. The landing pad
+ * (endbr64, bti c) is there when the compiler marks the object for CET or BTI. */
+#if defined(__x86_64__)
+__asm__(".pushsection .text\n"
+        ".globl objc_msgSend\n"
+        ".type objc_msgSend,@function\n"
+        ".p2align 4\n"
+        "objc_msgSend:\n"
+        ".cfi_startproc\n"
+#if defined(__CET__) && (__CET__ & 1)
+        "endbr64\n"
+#endif
+        "sub $24, %rsp\n"
+        ".cfi_adjust_cfa_offset 24\n"
+        "mov 32(%rsp), %rax\n"
+        "mov %rax, (%rsp)\n"
+        "call fake_msg_send_impl@PLT\n"
+        "add $24, %rsp\n"
+        ".cfi_adjust_cfa_offset -24\n"
+        "movq %rax, %xmm0\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size objc_msgSend, .-objc_msgSend\n"
+        ".popsection\n");
+#else /* __aarch64__ */
+__asm__(".pushsection .text\n"
+        ".globl objc_msgSend\n"
+        ".type objc_msgSend,%function\n"
+        ".p2align 2\n"
+        "objc_msgSend:\n"
+        ".cfi_startproc\n"
+#if defined(__ARM_FEATURE_BTI_DEFAULT)
+        "hint #34\n" /* bti c */
+#endif
+        "stp x29, x30, [sp, #-16]!\n"
+        ".cfi_def_cfa_offset 16\n"
+        ".cfi_offset x29, -16\n"
+        ".cfi_offset x30, -8\n"
+        "mov x29, sp\n"
+        "bl fake_msg_send_impl\n"
+        "fmov d0, x0\n"
+        "ldp x29, x30, [sp], #16\n"
+        ".cfi_restore x30\n"
+        ".cfi_restore x29\n"
+        ".cfi_def_cfa_offset 0\n"
+        "ret\n"
+        ".cfi_endproc\n"
+        ".size objc_msgSend, .-objc_msgSend\n"
+        ".popsection\n");
+#endif
+#else
+/* No trampoline for this platform: objc_msgSend calls the dispatcher in C, and a
+ * caller that expects a double reads whatever its floating-point register holds. */
+FAKE_API uintptr_t objc_msgSend(fobj *self, const fsel *op, uintptr_t a0, uintptr_t a1, uintptr_t a2, uintptr_t a3,
+                                uintptr_t a4) {
+  return fake_msg_send_impl(self, op, a0, a1, a2, a3, a4);
+}
+#endif
 
 /* ---- test entry points --------------------------------------------------------------------------- */
 

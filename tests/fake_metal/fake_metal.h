@@ -40,6 +40,12 @@
  * for. A wait nobody satisfies hangs its queue, as on a GPU; releasing such a
  * queue returns at once and leaves its thread to finish when the event is
  * signalled (fake_metal.c's header says more).
+ *
+ * Command buffers answer GPUStartTime and GPUEndTime (CFTimeInterval, a double):
+ * the CLOCK_MONOTONIC seconds at which the queue's thread started their commands
+ * (after FAKE_METAL_DELAY_US) and finished the last one, event waits included;
+ * 0.0 until the status is completed or error, as in Metal. objc_msgSend returns
+ * doubles on x86-64 and arm64 (an assembly trampoline over the C dispatcher).
  */
 #ifndef FERRY_FAKE_METAL_H
 #define FERRY_FAKE_METAL_H

@@ -39,6 +39,7 @@ static const char *const receiver_names[] = {
     [MTL_RECV_STRING] = "NSString",
     [MTL_RECV_ARRAY] = "NSArray",
     [MTL_RECV_ERROR] = "NSError",
+    [MTL_RECV_SHARED_EVENT] = "MTLSharedEvent",
 };
 
 typedef void *objc_class;
@@ -107,6 +108,7 @@ int main(int argc, char **argv) {
   mtl_id cb = mtl_command_buffer((mtl_id)nat.queue);
   mtl_id encoder = mtl_blit_command_encoder(cb);
   mtl_id all = ferry__metal_rt.copy_all_devices ? ferry__metal_rt.copy_all_devices() : MTL_NIL;
+  mtl_id event = mtl_new_shared_event((mtl_id)nat.device);
   objc_class classes[][2] = {
       [MTL_RECV_OBJECT] = {object_class((mtl_id)nat.device), NULL},
       [MTL_RECV_DEVICE] = {object_class((mtl_id)nat.device), NULL},
@@ -118,6 +120,7 @@ int main(int argc, char **argv) {
       [MTL_RECV_STRING] = {object_class(mtl_name((mtl_id)nat.device)), NULL},
       [MTL_RECV_ARRAY] = {all ? object_class(all) : get_class("NSArray"), NULL},
       [MTL_RECV_ERROR] = {get_class("NSError"), NULL},
+      [MTL_RECV_SHARED_EVENT] = {event ? object_class(event) : NULL, NULL},
   };
   int bad = 0;
   for (int i = 0; i < MTL_METHOD_COUNT; i++) {
@@ -147,6 +150,12 @@ int main(int argc, char **argv) {
   }
   mtl_end_encoding(encoder);
   if (all) mtl_release(all);
+  if (event) {
+    mtl_release(event);
+  } else {
+    printf("MISSING   -[MTLDevice newSharedEvent] returned nil: the shared-event methods were not checked\n");
+    bad++;
+  }
   ferry__metal_rt.pool_pop(pool);
   CHECK_OK(ferry_free(plain));
   CHECK_OK(ferry_free(wrapped));

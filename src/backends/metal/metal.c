@@ -11,7 +11,8 @@
  * (tests/fake_metal); tests/metal/run_on_macos.sh runs it on a Mac.
  *
  * Devices: every MTLCopyAllDevices device (else MTLCreateSystemDefaultDevice),
- * each with one command queue of ferry's. Memory follows hasUnifiedMemory:
+ * each with one command queue of ferry's for the synchronous calls, and one for
+ * each ferry queue (metal_lanes.c). Memory follows hasUnifiedMemory:
  *  - unified memory (Apple silicon): shared-storage buffers, whose `contents` the
  *    core reads and writes directly (ferry_mem.host): transfers are host copies,
  *    and the device needs no staging;
@@ -226,7 +227,7 @@ static void device_teardown(metal_device *md) {
 
 static void metal_destroy(ferry_device *dev) { device_teardown(dev->impl); }
 
-/* The table's entry points (no lanes yet: every operation is done on return). */
+/* The synchronous calls' entry points (no lane: FERRY_CAP_SYNC_NO_LANES). */
 static ferry_status metal_write_op(ferry_device *dev, ferry_lane *lane, ferry_mem *dst, size_t offset, const void *src,
                                    size_t bytes) {
   (void)lane;
@@ -239,29 +240,13 @@ static ferry_status metal_read_op(ferry_device *dev, ferry_lane *lane, const fer
   return ferry__metal_read(dev, src, offset, dst, bytes);
 }
 
-static ferry_status metal_copy_op(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so, ferry_mem *dst,
-                                  size_t doff, size_t bytes, ferry_ticket *out) {
-  (void)lane;
-  if (out) *out = 0;
-  return ferry__metal_copy(dev, src, so, dst, doff, bytes);
-}
-
-static ferry_status metal_dma_op(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem, size_t off,
-                                 const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
-  (void)lane;
-  ferry_ticket t = 0;
-  ferry_status st = ferry__metal_dma_start(dev, dir, mem, off, host, bytes, &t);
-  if (st != FERRY_OK || out) {
-    if (out) *out = t;
-    return st;
-  }
-  /* Nobody waits for it: wait here. */
-  if (t) {
-    st = ferry__metal_ticket_wait(dev, t);
-    ferry__metal_ticket_release(dev, t);
-  }
-  return st;
-}
+#define METAL_LANE_OPS                                                                                                 \
+  .fill_start = ferry__metal_fill_start, .lane_create = ferry__metal_lane_create,                                      \
+  .lane_destroy = ferry__metal_lane_destroy, .lane_native = ferry__metal_lane_native, .marker = ferry__metal_marker,   \
+  .lane_wait = ferry__metal_lane_wait, .gate_create = ferry__metal_gate_create, .gate_push = ferry__metal_gate_push,   \
+  .gate_raise = ferry__metal_gate_raise, .gate_destroy = ferry__metal_gate_destroy,                                    \
+  .ticket_query = ferry__metal_ticket_query, .ticket_wait = ferry__metal_ticket_wait,                                  \
+  .ticket_release = ferry__metal_ticket_release, .ticket_elapsed = ferry__metal_ticket_elapsed
 
 /* Apple silicon: every buffer is shared memory the core reads and writes
  * directly (ferry_mem.host), so transfers need neither the backend nor staging. */
@@ -270,7 +255,8 @@ static const ferry_device_ops unified_ops = {
     .free = metal_free,
     .write = metal_write_op, /* a host copy: the core never needs it (ferry_mem.host), the registry asks for it */
     .read = metal_read_op,
-    .copy_start = metal_copy_op,
+    .copy_start = ferry__metal_copy_start,
+    METAL_LANE_OPS,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
@@ -288,14 +274,12 @@ static const ferry_device_ops discrete_ops = {
     .free = metal_free,
     .write = metal_write_op,
     .read = metal_read_op,
-    .copy_start = metal_copy_op,
+    .copy_start = ferry__metal_copy_start,
     .pin_alloc = ferry__metal_pin_alloc,
     .pin_register = ferry__metal_pin_register,
     .pin_release = ferry__metal_pin_release,
-    .dma_start = metal_dma_op,
-    .fill_start = ferry__metal_fill_start,
-    .ticket_wait = ferry__metal_ticket_wait,
-    .ticket_release = ferry__metal_ticket_release,
+    .dma_start = ferry__metal_dma_start,
+    METAL_LANE_OPS,
     .host_ptr_import = metal_host_ptr_import,
     .host_ptr_sync = metal_host_ptr_sync,
     .host_ptr_release = metal_host_ptr_release,
@@ -349,7 +333,7 @@ static ferry_status device_setup(metal_device *md, mtl_id device, size_t index, 
       .host_ptr_alignment = md->page, /* newBufferWithBytesNoCopy wraps whole pages */
       /* Discrete GPUs: large transfers from ordinary memory staged through
        * pinned blocks by the engine (Metal has no direct path for them). */
-      .caps = FERRY_CAP_CACHE | (md->unified ? 0u : FERRY_CAP_STAGE),
+      .caps = FERRY_CAP_CACHE | FERRY_CAP_LANE_WORDS | FERRY_CAP_SYNC_NO_LANES | (md->unified ? 0u : FERRY_CAP_STAGE),
   };
   return FERRY_OK;
 }

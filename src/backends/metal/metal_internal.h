@@ -18,7 +18,45 @@ typedef struct metal_device {
   /* Writes that do not start or end on a 4-byte boundary rewrite whole words
    * (blits move words on macOS); writers of one word take the same lock. */
   pthread_mutex_t rmw[METAL_RMW_STRIPES];
+  pthread_mutex_t tickets_lock; /* a ticket's finishing */
 } metal_device;
+
+/* One blit: a copy between two buffers of the device, or a fill of one. */
+typedef struct metal_blit {
+  mtl_id src; /* unused by a fill */
+  size_t src_offset;
+  mtl_id dst;
+  size_t dst_offset;
+  size_t bytes; /* > 0; offsets and bytes multiples of 4 */
+  bool fill;    /* fillBuffer:range:value: of dst with `value`, not a copy */
+  uint8_t value;
+} metal_blit;
+
+/* A lane (metal_lanes.c): a command queue of its own, and a shared event that
+ * every command buffer of the lane signals at its end with the next value, so
+ * that other lanes (of any Metal device) can wait for it. */
+typedef struct metal_lane {
+  mtl_id queue; /* newCommandQueue (+1): what ferry_queue_native hands out */
+  mtl_id event; /* newSharedEvent (+1) */
+  mtl_id word;  /* a private buffer of 4 bytes that timing markers fill */
+  pthread_mutex_t lock;
+  uint64_t value;                 /* the last value a command buffer of the lane signals (lock) */
+  struct metal_ticket *unclaimed; /* committed work nobody took a ticket for, oldest first (lock) */
+  struct metal_ticket *unclaimed_tail;
+} metal_lane;
+
+/* A command buffer in flight: the ticket. */
+typedef struct metal_ticket {
+  mtl_id command_buffer; /* retained until finished */
+  metal_lane *lane;      /* NULL: on the device's own queue */
+  uint64_t value;        /* what it signals on its lane's event */
+  char what[200];        /* what it does, for errors */
+  bool finished;         /* waited for: status and times are final (the device's tickets_lock) */
+  ferry_status status;
+  char error[512];           /* status's sentence */
+  double gpu_start, gpu_end; /* GPUStartTime, GPUEndTime (seconds; 0 where Metal gave none) */
+  struct metal_ticket *next; /* in the lane's unclaimed list */
+} metal_ticket;
 
 /* ---- metal.c ------------------------------------------------------------------- */
 
@@ -58,14 +96,41 @@ ferry_status ferry__metal_read(ferry_device *dev, const ferry_mem *src, size_t o
 ferry_status ferry__metal_pin_alloc(ferry_device *dev, size_t bytes, void **out_base, uintptr_t *out_token);
 ferry_status ferry__metal_pin_register(ferry_device *dev, void *base, size_t bytes, uintptr_t *out_token);
 void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintptr_t token, bool allocated);
-ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
-                                    const ferry_pinned *host, size_t bytes, ferry_ticket *out);
-/* The wait may be called more than once; the release frees the ticket. */
+/* On a lane only whole words at word offsets, in place (FERRY_CAP_LANE_WORDS):
+ * FERRY_ERROR_UNSUPPORTED otherwise. Without a lane, the bytes a blit cannot
+ * move go through the host first, complete on return. */
+ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem,
+                                    size_t mem_offset, const ferry_pinned *host, size_t bytes, ferry_ticket *out);
+ferry_status ferry__metal_copy_start(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so,
+                                     ferry_mem *dst, size_t doff, size_t bytes, ferry_ticket *out);
 /* Sets a range to a pattern whose bytes are all one value by fillBuffer:range:value:;
  * FERRY_ERROR_UNSUPPORTED (no message) for other patterns, which the core writes. */
 ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, size_t bytes,
                                      uint32_t pattern, unsigned pattern_size, ferry_ticket *out);
+
+/* Commits one command buffer on `lane` (NULL: the device's own queue): a wait
+ * for `wait_event` (MTL_NIL: none) to reach wait_value, then the blits (count
+ * may be 0), then, on a lane, the signal of the lane's event. `what` says what
+ * it does (for errors). With `out`, the ticket; on a lane without `out` the
+ * lane keeps it, and a later ticket of the lane reports its failure. */
+ferry_status ferry__metal_push(ferry_device *dev, metal_lane *lane, const metal_blit *blits, int count,
+                               mtl_id wait_event, uint64_t wait_value, const char *what, ferry_ticket *out);
+
+/* ---- metal_lanes.c: lanes, markers, gates and tickets ------------------------------- */
+
+ferry_status ferry__metal_lane_create(ferry_device *dev, ferry_lane **out);
+void ferry__metal_lane_destroy(ferry_device *dev, ferry_lane *lane);
+ferry_status ferry__metal_lane_native(ferry_device *dev, ferry_lane *lane, ferry_native *out);
+ferry_status ferry__metal_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);
+ferry_status ferry__metal_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_device *ticket_dev, ferry_ticket ticket);
+ferry_status ferry__metal_gate_create(ferry_device *dev, ferry_gate **out);
+ferry_status ferry__metal_gate_push(ferry_device *dev, ferry_lane *lane, ferry_gate *gate, uint64_t value);
+ferry_status ferry__metal_gate_raise(ferry_device *dev, ferry_gate *gate, uint64_t value);
+void ferry__metal_gate_destroy(ferry_device *dev, ferry_gate *gate);
+ferry_status ferry__metal_ticket_query(ferry_device *dev, ferry_ticket ticket);
+/* The wait may be called more than once, from any thread; the release frees the ticket. */
 ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket);
 void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket);
+ferry_status ferry__metal_ticket_elapsed(ferry_device *dev, ferry_ticket start, ferry_ticket stop, double *out_ms);
 
 #endif /* FERRY_METAL_INTERNAL_H */

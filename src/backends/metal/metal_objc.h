@@ -17,7 +17,10 @@
  *    a Mac (and with the fake's in CI).
  *
  * No method returns a struct, so objc_msgSend_stret (needed on x86-64 for
- * structs returned in memory) is never used; none takes a float. The one
+ * structs returned in memory) is never used; none takes a float. Two return a
+ * double (GPUStartTime, GPUEndTime: CFTimeInterval), which both ABIs return in
+ * the first floating-point register through plain objc_msgSend
+ * (objc_msgSend_fpret is for long double on x86-64). The one
  * NSRange (fillBuffer:range:value:) is a struct of two NSUInteger, which both
  * ABIs pass by value in two integer registers.
  * ABI facts this relies on (Apple's 64-bit platforms, the only ones with Metal):
@@ -90,6 +93,7 @@ typedef enum mtl_receiver {
   MTL_RECV_STRING,         /* NSString */
   MTL_RECV_ARRAY,          /* NSArray */
   MTL_RECV_ERROR,          /* NSError */
+  MTL_RECV_SHARED_EVENT,   /* id<MTLSharedEvent> */
 } mtl_receiver;
 
 /*
@@ -121,6 +125,7 @@ typedef enum mtl_receiver {
   G0(mtl_uint, mtl_current_allocated_size, "currentAllocatedSize", MTL_RECV_DEVICE, "Q@:")                             \
   G(mtl_bool, mtl_supports_family, "supportsFamily:", MTL_RECV_DEVICE, MTL_ENC_BOOL "@:q", (mtl_int family), (family)) \
   G0(mtl_id, mtl_new_command_queue, "newCommandQueue", MTL_RECV_DEVICE, "@@:")                                         \
+  G0(mtl_id, mtl_new_shared_event, "newSharedEvent", MTL_RECV_DEVICE, "@@:")                                           \
   G(mtl_id, mtl_new_buffer_with_length, "newBufferWithLength:options:", MTL_RECV_DEVICE, "@@:QQ",                      \
     (mtl_uint length, mtl_uint options), (length, options))                                                            \
   G(mtl_id, mtl_new_buffer_with_bytes_no_copy,                                                                         \
@@ -135,6 +140,15 @@ typedef enum mtl_receiver {
   V0(mtl_wait_until_completed, "waitUntilCompleted", MTL_RECV_COMMAND_BUFFER, "v@:")                                   \
   G0(mtl_uint, mtl_status, "status", MTL_RECV_COMMAND_BUFFER, "Q@:")                                                   \
   G0(mtl_id, mtl_error, "error", MTL_RECV_COMMAND_BUFFER, "@@:")                                                       \
+  G0(double, mtl_gpu_start_time, "GPUStartTime", MTL_RECV_COMMAND_BUFFER, "d@:")                                       \
+  G0(double, mtl_gpu_end_time, "GPUEndTime", MTL_RECV_COMMAND_BUFFER, "d@:")                                           \
+  V(mtl_encode_wait_for_event, "encodeWaitForEvent:value:", MTL_RECV_COMMAND_BUFFER, "v@:@Q",                          \
+    (mtl_id event, uint64_t value), (event, value))                                                                    \
+  V(mtl_encode_signal_event, "encodeSignalEvent:value:", MTL_RECV_COMMAND_BUFFER, "v@:@Q",                             \
+    (mtl_id event, uint64_t value), (event, value))                                                                    \
+  /* MTLSharedEvent */                                                                                                 \
+  G0(uint64_t, mtl_signaled_value, "signaledValue", MTL_RECV_SHARED_EVENT, "Q@:")                                      \
+  V(mtl_set_signaled_value, "setSignaledValue:", MTL_RECV_SHARED_EVENT, "v@:Q", (uint64_t value), (value))             \
   V(mtl_copy_from_buffer, "copyFromBuffer:sourceOffset:toBuffer:destinationOffset:size:", MTL_RECV_BLIT_ENCODER,       \
     "v@:@Q@QQ",                                                                                                        \
     (mtl_id source, mtl_uint source_offset, mtl_id destination, mtl_uint destination_offset, mtl_uint size),           \

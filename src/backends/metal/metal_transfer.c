@@ -51,44 +51,54 @@ static mtl_id buffer_of(const ferry_mem *mem) { return (mtl_id)mem->handle; }
 
 /* ---- the primitive: blits between buffers of one device ------------------------------ */
 
-typedef struct blit_op {
-  mtl_id src; /* unused by a fill */
-  size_t src_offset;
-  mtl_id dst;
-  size_t dst_offset;
-  size_t bytes; /* > 0; offsets and bytes multiples of 4 */
-  bool fill;    /* fillBuffer:range:value: of dst with `value`, not a copy */
-  uint8_t value;
-} blit_op;
+typedef metal_blit blit_op;
 
 static blit_op copy_op(mtl_id src, size_t src_offset, mtl_id dst, size_t dst_offset, size_t bytes) {
   return (blit_op){.src = src, .src_offset = src_offset, .dst = dst, .dst_offset = dst_offset, .bytes = bytes};
 }
 
-/* Encodes the copies (and fills) in one command buffer and commits it; *out_wait is the
- * command buffer (retained) for blit_wait. */
-static ferry_status blit_start(ferry_device *dev, const blit_op *ops, int count, mtl_id *out_wait) {
-  metal_device *md = dev->impl;
+/* Encodes, in one command buffer on `queue`, a wait for `chain_event` and one
+ * for `wait_event` (MTL_NIL: none), the copies and fills, and a signal of
+ * `signal_event` (MTL_NIL: none), and commits it; *out_cb is the command buffer
+ * (retained). */
+static ferry_status commit(ferry_device *dev, mtl_id queue, const blit_op *ops, int count, mtl_id chain_event,
+                           uint64_t chain_value, mtl_id wait_event, uint64_t wait_value, mtl_id signal_event,
+                           uint64_t signal_value, mtl_id *out_cb) {
   ferry_status st = FERRY_OK;
   void *pool = ferry__metal_rt.pool_push();
-  mtl_id cb = mtl_command_buffer(md->queue);
-  mtl_id encoder = cb ? mtl_blit_command_encoder(cb) : MTL_NIL;
+  mtl_id cb = mtl_command_buffer(queue);
+  mtl_id encoder = MTL_NIL;
+  if (cb) { /* the waits before any encoder: Metal encodes them between passes */
+    if (chain_event) mtl_encode_wait_for_event(cb, chain_event, chain_value);
+    if (wait_event) mtl_encode_wait_for_event(cb, wait_event, wait_value);
+    if (count > 0) encoder = mtl_blit_command_encoder(cb);
+  }
   if (!cb) {
-    st = ferry__fail(FERRY_ERROR_BACKEND, "commandBuffer on %s's queue returned nil", dev->label);
-  } else if (!encoder) {
+    st = ferry__fail(FERRY_ERROR_BACKEND, "commandBuffer on a command queue of %s returned nil", dev->label);
+  } else if (count > 0 && !encoder) {
     st = ferry__fail(FERRY_ERROR_BACKEND, "blitCommandEncoder on %s returned nil", dev->label);
   } else {
-    for (int i = 0; i < count; i++)
-      if (ops[i].fill)
-        mtl_fill_buffer(encoder, ops[i].dst, (mtl_range){ops[i].dst_offset, ops[i].bytes}, ops[i].value);
-      else
-        mtl_copy_from_buffer(encoder, ops[i].src, ops[i].src_offset, ops[i].dst, ops[i].dst_offset, ops[i].bytes);
-    mtl_end_encoding(encoder);
+    if (encoder) {
+      for (int i = 0; i < count; i++)
+        if (ops[i].fill)
+          mtl_fill_buffer(encoder, ops[i].dst, (mtl_range){ops[i].dst_offset, ops[i].bytes}, ops[i].value);
+        else
+          mtl_copy_from_buffer(encoder, ops[i].src, ops[i].src_offset, ops[i].dst, ops[i].dst_offset, ops[i].bytes);
+      mtl_end_encoding(encoder);
+    }
+    if (signal_event) mtl_encode_signal_event(cb, signal_event, signal_value);
     mtl_commit(cb);
-    *out_wait = mtl_retain(cb); /* past this pool, until blit_wait */
+    *out_cb = mtl_retain(cb); /* past this pool */
   }
   ferry__metal_rt.pool_pop(pool);
   return st;
+}
+
+/* The copies and fills in one command buffer on the device's own queue; *out_wait
+ * is the command buffer (retained) for blit_wait. */
+static ferry_status blit_start(ferry_device *dev, const blit_op *ops, int count, mtl_id *out_wait) {
+  metal_device *md = dev->impl;
+  return commit(dev, md->queue, ops, count, MTL_NIL, 0, MTL_NIL, 0, MTL_NIL, 0, out_wait);
 }
 
 /* Waits for a command buffer from blit_start, says how it ended, releases it. */
@@ -112,11 +122,13 @@ static ferry_status blit_run(ferry_device *dev, const blit_op *ops, int count, c
 void ferry__metal_transfer_init(metal_device *md) {
   for (int i = 0; i < METAL_RMW_STRIPES; i++)
     pthread_mutex_init(&md->rmw[i], NULL);
+  pthread_mutex_init(&md->tickets_lock, NULL);
 }
 
 void ferry__metal_transfer_destroy(metal_device *md) {
   for (int i = 0; i < METAL_RMW_STRIPES; i++)
     pthread_mutex_destroy(&md->rmw[i]);
+  pthread_mutex_destroy(&md->tickets_lock);
 }
 
 static pthread_mutex_t *rmw_lock(metal_device *md, const ferry_mem *mem) {
@@ -338,17 +350,53 @@ void ferry__metal_pin_release(ferry_device *dev, void *base, size_t bytes, uintp
   ferry__metal_rt.pool_pop(pool);
 }
 
-/* ---- DMA for the engine ----------------------------------------------------------------- */
+/* ---- work with tickets: the engine's DMA, copies and fills ------------------------------- */
 
-/* A blit in flight: the ticket. */
-typedef struct metal_dma {
-  mtl_id command_buffer; /* retained until the first wait */
-  ferry_dma_dir dir;
-  int fill; /* the byte a fill writes, -1 for a copy */
-  size_t mem_offset, bytes;
-  bool waited;
-  ferry_status status; /* the wait's, once waited */
-} metal_dma;
+ferry_status ferry__metal_push(ferry_device *dev, metal_lane *lane, const metal_blit *blits, int count,
+                               mtl_id wait_event, uint64_t wait_value, const char *what, ferry_ticket *out) {
+  metal_device *md = dev->impl;
+  if (out) *out = 0;
+  metal_ticket *t = calloc(1, sizeof *t);
+  if (!t) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a command buffer on %s", dev->label);
+  snprintf(t->what, sizeof t->what, "%s", what);
+  t->lane = lane;
+  ferry_status st;
+  if (!lane) {
+    st = commit(dev, md->queue, blits, count, MTL_NIL, 0, wait_event, wait_value, MTL_NIL, 0, &t->command_buffer);
+  } else {
+    /* The value and the commit under one lock: the lane's command buffers
+     * signal its event in the order committed. Each waits for the one before
+     * it: Metal starts a queue's command buffers in commit order but lets
+     * those that share no resource overlap and finish in any order, and a
+     * ticket stands for everything before it on the lane. */
+    pthread_mutex_lock(&lane->lock);
+    t->value = lane->value + 1;
+    st = commit(dev, lane->queue, blits, count, lane->value ? lane->event : MTL_NIL, lane->value, wait_event,
+                wait_value, lane->event, t->value, &t->command_buffer);
+    if (st == FERRY_OK) {
+      lane->value = t->value;
+      if (!out) { /* kept, so that a later ticket reports its failure */
+        if (lane->unclaimed_tail)
+          lane->unclaimed_tail->next = t;
+        else
+          lane->unclaimed = t;
+        lane->unclaimed_tail = t;
+      }
+    }
+    pthread_mutex_unlock(&lane->lock);
+  }
+  if (st != FERRY_OK) {
+    free(t);
+    return st;
+  }
+  if (out) {
+    *out = (ferry_ticket)(uintptr_t)t;
+  } else if (!lane) { /* nobody waits for it: wait here */
+    st = ferry__metal_ticket_wait(dev, (ferry_ticket)(uintptr_t)t);
+    ferry__metal_ticket_release(dev, (ferry_ticket)(uintptr_t)t);
+  }
+  return st;
+}
 
 /* A range the blit cannot move in place, complete on return. */
 static ferry_status dma_through_temp(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t offset, void *host,
@@ -357,25 +405,32 @@ static ferry_status dma_through_temp(ferry_device *dev, ferry_dma_dir dir, ferry
                                     : ferry__metal_read(dev, mem, offset, host, bytes);
 }
 
-/* Commits `op` and makes the ticket that tracks it, described by `what`. */
-static ferry_status ticket_start(ferry_device *dev, metal_dma what, const blit_op *op, ferry_ticket *out) {
-  metal_dma *dma = malloc(sizeof *dma);
-  if (!dma) return ferry__fail(FERRY_ERROR_OUT_OF_MEMORY, "no host memory to track a blit on %s", dev->label);
-  *dma = what;
-  ferry_status st = blit_start(dev, op, 1, &dma->command_buffer);
-  if (st != FERRY_OK) {
-    free(dma);
-    return st;
-  }
-  *out = (ferry_ticket)(uintptr_t)dma;
-  return FERRY_OK;
+static ferry_status not_words(ferry_device *dev, const char *what, size_t a, size_t b, size_t bytes) {
+  return ferry__fail(FERRY_ERROR_UNSUPPORTED,
+                     "%s of %zu bytes at offsets %zu and %zu on a queue of %s: a queue's blits move whole 4-byte "
+                     "words at offsets that are multiples of 4",
+                     what, bytes, a, b, dev->label);
 }
 
-ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_mem *mem, size_t mem_offset,
-                                    const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
-  *out = 0;
+ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_lane *lane, ferry_dma_dir dir, ferry_mem *mem,
+                                    size_t mem_offset, const ferry_pinned *host, size_t bytes, ferry_ticket *out) {
+  if (out) *out = 0;
   mtl_id pinned = (mtl_id)host->token;
   char *p = host->host;
+  char what[200];
+  if (dir == FERRY_DMA_TO_DEVICE)
+    snprintf(what, sizeof what, "a blit of %zu bytes from pinned host memory to device buffer offset %zu", bytes,
+             mem_offset);
+  else
+    snprintf(what, sizeof what, "a blit of %zu bytes from device buffer offset %zu to pinned host memory", bytes,
+             mem_offset);
+  if (lane) {
+    if (mem->host || !pinned || !words(mem_offset, bytes) || host->offset % 4)
+      return not_words(dev, "a DMA", host->offset, mem_offset, bytes);
+    blit_op op = dir == FERRY_DMA_TO_DEVICE ? copy_op(pinned, host->offset, buffer_of(mem), mem_offset, bytes)
+                                            : copy_op(buffer_of(mem), mem_offset, pinned, host->offset, bytes);
+    return ferry__metal_push(dev, (metal_lane *)lane, &op, 1, MTL_NIL, 0, what, out);
+  }
   /* Token 0 (memory the driver pinned itself) does not happen: this backend
    * offers no host_pinned. Offsets that differ modulo 4 cannot be blitted. */
   if (mem->host || !pinned || host->offset % 4 != mem_offset % 4)
@@ -390,48 +445,34 @@ ferry_status ferry__metal_dma_start(ferry_device *dev, ferry_dma_dir dir, ferry_
   size_t at = host->offset + head;
   blit_op op = dir == FERRY_DMA_TO_DEVICE ? copy_op(pinned, at, buffer_of(mem), mem_offset + head, middle)
                                           : copy_op(buffer_of(mem), mem_offset + head, pinned, at, middle);
-  return ticket_start(dev, (metal_dma){.dir = dir, .fill = -1, .mem_offset = mem_offset + head, .bytes = middle}, &op,
-                      out);
+  return ferry__metal_push(dev, NULL, &op, 1, MTL_NIL, 0, what, out);
 }
 
-ferry_status ferry__metal_ticket_wait(ferry_device *dev, ferry_ticket ticket) {
-  metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
-  if (dma->waited) return dma->status;
-  char what[256];
-  if (dma->fill >= 0)
-    snprintf(what, sizeof what, "a fill of %zu bytes of 0x%02x at device buffer offset %zu", dma->bytes, dma->fill,
-             dma->mem_offset);
-  else if (dma->dir == FERRY_DMA_TO_DEVICE)
-    snprintf(what, sizeof what, "a blit of %zu bytes from pinned host memory to device buffer offset %zu", dma->bytes,
-             dma->mem_offset);
-  else
-    snprintf(what, sizeof what, "a blit of %zu bytes from device buffer offset %zu to pinned host memory", dma->bytes,
-             dma->mem_offset);
-  dma->status = blit_wait(dev, dma->command_buffer, what);
-  dma->waited = true;
-  return dma->status;
-}
-
-void ferry__metal_ticket_release(ferry_device *dev, ferry_ticket ticket) {
-  metal_dma *dma = (metal_dma *)(uintptr_t)ticket;
-  if (!dma->waited) (void)ferry__metal_ticket_wait(dev, ticket); /* releases the command buffer */
-  free(dma);
+ferry_status ferry__metal_copy_start(ferry_device *dev, ferry_lane *lane, const ferry_mem *src, size_t so,
+                                     ferry_mem *dst, size_t doff, size_t bytes, ferry_ticket *out) {
+  if (out) *out = 0;
+  if (!lane) return ferry__metal_copy(dev, src, so, dst, doff, bytes);
+  if (src->host || dst->host || !words(so, bytes) || doff % 4) return not_words(dev, "a copy", so, doff, bytes);
+  char what[200];
+  snprintf(what, sizeof what, "a blit of %zu bytes from buffer offset %zu to buffer offset %zu", bytes, so, doff);
+  blit_op op = copy_op(buffer_of(src), so, buffer_of(dst), doff, bytes);
+  return ferry__metal_push(dev, (metal_lane *)lane, &op, 1, MTL_NIL, 0, what, out);
 }
 
 /* ---- fill ----------------------------------------------------------------------------- */
 
 /* fillBuffer:range:value: writes one byte value, on whole words (macOS): a
  * pattern of 2 or 4 different bytes goes back to the core, which writes it;
- * the bytes before and after the words go through the host. */
+ * without a lane, the bytes before and after the words go through the host. */
 ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_mem *mem, size_t offset, size_t bytes,
                                      uint32_t pattern, unsigned pattern_size, ferry_ticket *out) {
-  (void)lane; /* Metal has no lanes: always NULL */
-  *out = 0;
+  if (out) *out = 0;
   unsigned char p[4];
   memcpy(p, &pattern, pattern_size);
   for (unsigned i = 1; i < pattern_size; i++)
     if (p[i] != p[0]) return FERRY_ERROR_UNSUPPORTED;
   if (mem->host) return FERRY_ERROR_UNSUPPORTED; /* not on a discrete GPU: the core fills it in place */
+  if (lane && !words(offset, bytes)) return not_words(dev, "a fill", offset, offset, bytes);
   unsigned char edge[3] = {p[0], p[0], p[0]};
   size_t head = min_size(bytes, (4 - offset % 4) % 4);
   size_t tail = (bytes - head) % 4;
@@ -440,8 +481,8 @@ ferry_status ferry__metal_fill_start(ferry_device *dev, ferry_lane *lane, ferry_
   if (head) st = ferry__metal_write(dev, mem, offset, edge, head);
   if (st == FERRY_OK && tail) st = ferry__metal_write(dev, mem, offset + bytes - tail, edge, tail);
   if (st != FERRY_OK || middle == 0) return st;
+  char what[200];
+  snprintf(what, sizeof what, "a fill of %zu bytes of 0x%02x at device buffer offset %zu", middle, p[0], offset + head);
   blit_op op = {.dst = buffer_of(mem), .dst_offset = offset + head, .bytes = middle, .fill = true, .value = p[0]};
-  return ticket_start(
-      dev, (metal_dma){.dir = FERRY_DMA_TO_DEVICE, .fill = p[0], .mem_offset = offset + head, .bytes = middle}, &op,
-      out);
+  return ferry__metal_push(dev, (metal_lane *)lane, &op, 1, MTL_NIL, 0, what, out);
 }
