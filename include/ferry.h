@@ -650,14 +650,14 @@ FERRY_API ferry_status ferry_queue_synchronize(ferry_queue queue);
 FERRY_API ferry_status ferry_queue_query(ferry_queue queue);
 
 /* The native queue under a ferry queue, for launching one's own kernels in its
- * order: .queue is the CUstream, cl_command_queue or VkQueue (and
- * .queue_family), 0 on the host backends; .device and .context as
+ * order: .queue is the CUstream, cl_command_queue, VkQueue (and .queue_family)
+ * or id<MTLCommandQueue>, 0 on the host backends; .device and .context as
  * ferry_device_native. Work submitted to a CUDA stream or an OpenCL queue is
- * ordered with the ferry queue's as the driver orders it; on Vulkan, order with
- * events instead, and submit nothing to the VkQueue while a ferry call on that
- * device runs (Vulkan wants a queue externally synchronised).
- * FERRY_ERROR_UNSUPPORTED on Metal, whose queues' work does not yet run on an
- * id<MTLCommandQueue> of its own: no native queue is ordered with it. */
+ * ordered with the ferry queue's as the driver orders it; on Metal a command
+ * buffer committed there starts after ferry's earlier work and Metal orders it
+ * with that work through the buffers both use; on Vulkan, order with events
+ * instead, and submit nothing to the VkQueue while a ferry call on that device
+ * runs (Vulkan wants a queue externally synchronised). */
 FERRY_API ferry_status ferry_queue_native(ferry_queue queue, ferry_native *out_native);
 
 /* ferry_write, ferry_read, ferry_copy on a queue. write and read take a queue
