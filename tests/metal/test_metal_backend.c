@@ -520,6 +520,14 @@ static void client_on_native_queue(ferry_device *dev) {
     CHECK_OK(ferry_event_elapsed(e0, e1, &ms));
     CHECK_MSG(ms >= 0 && ms < 10000, "ferry_event_elapsed %.3f ms around the round's work", ms);
   }
+  /* ferry_device_synchronize waits for the program's own work there too. */
+  mtl_id cb = client_blit((mtl_id)nat.queue, a, b, N);
+  CHECK_OK(ferry_device_synchronize(dev));
+  void *pool = ferry__metal_rt.pool_push();
+  CHECK_MSG(mtl_status(cb) == MTL_CB_COMPLETED, "ferry_device_synchronize returned before a command buffer the "
+                                                "program committed on a queue's command queue");
+  mtl_release(cb);
+  ferry__metal_rt.pool_pop(pool);
   CHECK_OK(ferry_event_destroy(e0));
   CHECK_OK(ferry_event_destroy(e1));
   CHECK_OK(ferry_queue_destroy(q));

@@ -168,7 +168,10 @@ static ferry_status metal_host_ptr_release(ferry_device *dev, ferry_mem *mem) { 
 
 static ferry_status metal_synchronize(ferry_device *dev) {
   metal_device *md = dev->impl;
-  ferry_status st;
+  /* The queues' command queues first: the program may have committed its own
+   * work there (ferry_queue_native). */
+  ferry_status st = ferry__metal_lanes_drain(dev);
+  if (st != FERRY_OK) return st;
   void *pool = pool_push();
   /* Command buffers of one queue start in the order they were committed; an
    * empty one committed last and waited for is Metal's usual way to wait for the

@@ -19,6 +19,8 @@ typedef struct metal_device {
    * (blits move words on macOS); writers of one word take the same lock. */
   pthread_mutex_t rmw[METAL_RMW_STRIPES];
   pthread_mutex_t tickets_lock; /* a ticket's finishing */
+  pthread_mutex_t lanes_lock;   /* `lanes` */
+  struct metal_lane *lanes;     /* every lane of the device, for synchronize */
 } metal_device;
 
 /* One blit: a copy between two buffers of the device, or a fill of one. */
@@ -43,6 +45,7 @@ typedef struct metal_lane {
   uint64_t value;                 /* the last value a command buffer of the lane signals (lock) */
   struct metal_ticket *unclaimed; /* committed work nobody took a ticket for, oldest first (lock) */
   struct metal_ticket *unclaimed_tail;
+  struct metal_lane *next; /* in the device's list */
 } metal_lane;
 
 /* A command buffer in flight: the ticket. */
@@ -121,6 +124,8 @@ ferry_status ferry__metal_push(ferry_device *dev, metal_lane *lane, const metal_
 ferry_status ferry__metal_lane_create(ferry_device *dev, ferry_lane **out);
 void ferry__metal_lane_destroy(ferry_device *dev, ferry_lane *lane);
 ferry_status ferry__metal_lane_native(ferry_device *dev, ferry_lane *lane, ferry_native *out);
+/* Waits for everything committed on every lane's command queue, the program's own included. */
+ferry_status ferry__metal_lanes_drain(ferry_device *dev);
 ferry_status ferry__metal_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);
 ferry_status ferry__metal_lane_wait(ferry_device *dev, ferry_lane *lane, ferry_device *ticket_dev, ferry_ticket ticket);
 ferry_status ferry__metal_gate_create(ferry_device *dev, ferry_gate **out);

@@ -62,8 +62,39 @@ ferry_status ferry__metal_lane_create(ferry_device *dev, ferry_lane **out) {
   ferry__metal_rt.pool_pop(pool);
   if (st != FERRY_OK) return st;
   pthread_mutex_init(&l->lock, NULL);
+  pthread_mutex_lock(&md->lanes_lock);
+  l->next = md->lanes;
+  md->lanes = l;
+  pthread_mutex_unlock(&md->lanes_lock);
   *out = (ferry_lane *)l;
   return FERRY_OK;
+}
+
+/* An empty command buffer committed on the queue and waited for: Metal's way
+ * of waiting for a queue's work (its command buffers start in commit order). */
+static ferry_status queue_drain(ferry_device *dev, mtl_id queue, const char *which) {
+  ferry_status st;
+  void *pool = ferry__metal_rt.pool_push();
+  mtl_id cb = mtl_command_buffer(queue);
+  if (!cb) {
+    st = ferry__fail(FERRY_ERROR_BACKEND, "commandBuffer on %s of %s returned nil", which, dev->label);
+  } else {
+    mtl_commit(cb);
+    mtl_wait_until_completed(cb);
+    st = ferry__metal_completed(dev, cb, "an empty command buffer (waiting for a queue)");
+  }
+  ferry__metal_rt.pool_pop(pool);
+  return st;
+}
+
+ferry_status ferry__metal_lanes_drain(ferry_device *dev) {
+  metal_device *md = dev->impl;
+  ferry_status st = FERRY_OK;
+  pthread_mutex_lock(&md->lanes_lock);
+  for (metal_lane *l = md->lanes; l && st == FERRY_OK; l = l->next)
+    st = queue_drain(dev, l->queue, "a queue's command queue");
+  pthread_mutex_unlock(&md->lanes_lock);
+  return st;
 }
 
 /* Finishes and frees the unclaimed tickets up to `value` (all with UINT64_MAX);
@@ -96,16 +127,20 @@ static void unclaimed_finish(ferry_device *dev, metal_lane *l, uint64_t value, m
 }
 
 void ferry__metal_lane_destroy(ferry_device *dev, ferry_lane *lane) {
+  metal_device *md = dev->impl;
   metal_lane *l = (metal_lane *)lane;
+  pthread_mutex_lock(&md->lanes_lock);
+  for (metal_lane **p = &md->lanes; *p; p = &(*p)->next)
+    if (*p == l) {
+      *p = l->next;
+      break;
+    }
+  pthread_mutex_unlock(&md->lanes_lock);
   unclaimed_finish(dev, l, UINT64_MAX, NULL);
-  void *pool = ferry__metal_rt.pool_push();
   /* The program's own command buffers on the queue (ferry_queue_native) finish
-   * first: an empty one behind them is waited for. */
-  mtl_id cb = mtl_command_buffer(l->queue);
-  if (cb) {
-    mtl_commit(cb);
-    mtl_wait_until_completed(cb);
-  }
+   * first. */
+  (void)queue_drain(dev, l->queue, "a queue's command queue");
+  void *pool = ferry__metal_rt.pool_push();
   mtl_release(l->word);
   mtl_release(l->event);
   mtl_release(l->queue);

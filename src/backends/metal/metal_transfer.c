@@ -123,12 +123,14 @@ void ferry__metal_transfer_init(metal_device *md) {
   for (int i = 0; i < METAL_RMW_STRIPES; i++)
     pthread_mutex_init(&md->rmw[i], NULL);
   pthread_mutex_init(&md->tickets_lock, NULL);
+  pthread_mutex_init(&md->lanes_lock, NULL);
 }
 
 void ferry__metal_transfer_destroy(metal_device *md) {
   for (int i = 0; i < METAL_RMW_STRIPES; i++)
     pthread_mutex_destroy(&md->rmw[i]);
   pthread_mutex_destroy(&md->tickets_lock);
+  pthread_mutex_destroy(&md->lanes_lock);
 }
 
 static pthread_mutex_t *rmw_lock(metal_device *md, const ferry_mem *mem) {
