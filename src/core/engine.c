@@ -292,6 +292,13 @@ size_t ferry__piece_len(size_t total, size_t piece, size_t i) {
  * read it (the host's writes to a line a DMA has just read are slower). A
  * transfer that fits the ring is copied in with stores that bypass the caches,
  * a larger one with plain stores (docs/PERFORMANCE.md has the figures). */
+void ferry__ring_copy_in(const ferry_ring *r, size_t n, void *slot, const void *src, size_t len) {
+  if (n <= r->bytes)
+    host_copy_for_dma(slot, src, len);
+  else
+    host_copy(slot, src, len);
+}
+
 static ferry_status pipe_write(ferry_ring *r, const ferry_side *d, const char *src, size_t n, size_t piece) {
   slot slots[MAX_SLOTS] = {{0}};
   unsigned k_count = ferry__slot_count(r->bytes, piece), first = (unsigned)(r->next_slot % k_count);
