@@ -143,16 +143,17 @@ ferry_figures ferry__engine_figures(ferry_device *dev, ferry_dma_dir dir) {
 /* What a large staged transfer's host copies reached. The measurement copies a
  * few MiB of the transfer's bytes twice, and keeps the faster: bytes a cache
  * holds. A large transfer's bytes come from memory (on an H100 host the plan
- * measured 61 GB/s and the copies of a 1 GiB transfer ran at 14 GB/s), so the
- * best rate such transfers reached caps the plan's copy rate from then on, and
- * the plan's estimates follow what transfers take (the best, as for the
- * measurements: one transfer at a bad moment does not set the plan). */
+ * measured 121 GB/s where the copies of 1 GiB transfers ran at 30-59 GB/s), so
+ * what such transfers reached caps the plan's copy rate, and the plan's
+ * estimates follow what transfers take: an average that moves halfway to each
+ * new transfer's rate, so that neither one fast transfer (the first of a
+ * process may find the host idle) nor one at a bad moment sets it for good. */
 static void copy_seen(ferry_device *dev, ferry_dma_dir dir, size_t n, double copy_s) {
   if (copy_s <= 0) return;
   struct ferry_engine *e = &dev->state->engine;
   double rate = (double)n / copy_s;
   pthread_mutex_lock(&e->figures_lock);
-  if (rate > e->copy_seen[dir]) e->copy_seen[dir] = rate;
+  e->copy_seen[dir] = e->copy_seen[dir] > 0 ? (e->copy_seen[dir] + rate) / 2 : rate;
   pthread_mutex_unlock(&e->figures_lock);
 }
 

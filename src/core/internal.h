@@ -147,8 +147,8 @@ struct ferry_engine {
   size_t min_override;          /* FERRY_STAGE_MIN */
   bool min_set;
   ferry_figures figures[2]; /* per ferry_dma_dir, under figures_lock; `measured` set once there are some */
-  double copy_seen[2];      /* the best host copy rate large staged transfers reached (0: none yet), under
-                               figures_lock: the plan's copy rate is at most this */
+  double copy_seen[2];      /* the host copy rate large staged transfers reached, averaged (0: none yet),
+                               under figures_lock: the plan's copy rate is at most this */
   _Atomic bool measured[2];
   _Atomic unsigned rounds[2]; /* measurements taken: the best of the first few is kept (engine_plan.c) */
   _Atomic unsigned reports;   /* staged transfers described under FERRY_DEBUG=engine */
