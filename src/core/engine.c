@@ -293,8 +293,8 @@ size_t ferry__piece_len(size_t total, size_t piece, size_t i) {
  * read it (the host's writes to a line a DMA has just read are slower). A
  * transfer that fits the ring is copied in with stores that bypass the caches,
  * a larger one with plain stores (docs/PERFORMANCE.md has the figures). */
-void ferry__ring_copy_in(const ferry_ring *r, size_t n, void *slot, const void *src, size_t len) {
-  if (n <= r->bytes)
+void ferry__ring_copy_in(const ferry_ring *r, size_t n, bool dma, void *slot, const void *src, size_t len) {
+  if (dma && n <= r->bytes)
     host_copy_for_dma(slot, src, len);
   else
     host_copy(slot, src, len);
@@ -304,17 +304,13 @@ static ferry_status pipe_write(ferry_ring *r, const ferry_side *d, const char *s
   slot slots[MAX_SLOTS] = {{0}};
   unsigned k_count = ferry__slot_count(r->bytes, piece), first = (unsigned)(r->next_slot % k_count);
   size_t pieces = (n + piece - 1) / piece;
-  bool bypass = d->dma && n <= r->bytes;
   ferry_status st = FERRY_OK;
   for (size_t i = 0; i < pieces && st == FERRY_OK; i++) {
     unsigned k = (unsigned)((first + i) % k_count);
     char *host = r->base + (size_t)k * piece;
     size_t len = ferry__piece_len(n, piece, i);
     if ((st = slot_wait(&slots[k])) != FERRY_OK) break;
-    if (bypass)
-      host_copy_for_dma(host, src + i * piece, len);
-    else
-      host_copy(host, src + i * piece, len);
+    ferry__ring_copy_in(r, n, d->dma, host, src + i * piece, len);
     st = side_start(d, FERRY_DMA_TO_DEVICE, i * piece, host, len, &slots[k]);
   }
   r->next_slot = first + pieces;

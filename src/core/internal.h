@@ -253,8 +253,9 @@ ferry_ring *ferry__ring_take(ferry_device *dev);
 void ferry__ring_give(ferry_device *dev, ferry_ring *ring);
 /* The host copy of len bytes of a transfer of n bytes into a slot of the ring,
  * on the copy threads: with stores that bypass the caches where the transfer
- * fits the ring, plain stores where it does not (engine.c says why). */
-void ferry__ring_copy_in(const ferry_ring *r, size_t n, void *slot, const void *src, size_t len);
+ * fits the ring and a DMA (`dma`) reads the slot, plain stores otherwise
+ * (engine.c says why). */
+void ferry__ring_copy_in(const ferry_ring *r, size_t n, bool dma, void *slot, const void *src, size_t len);
 
 /* One device's end of a staged transfer. */
 typedef struct ferry_side {

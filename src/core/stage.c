@@ -228,7 +228,7 @@ ferry_status ferry__stage_run(ferry_stage *st, bool cancel) {
     switch (st->kind) {
     case FERRY_OP_WRITE: /* host -> b */
       if (k >= S && (s = wait_ticket(st->b.s.dev, st->b.tickets[k - S])) != FERRY_OK) break;
-      ferry__ring_copy_in(st->ring, st->n, slot, st->host + at, len);
+      ferry__ring_copy_in(st->ring, st->n, st->b.s.dma, slot, st->host + at, len);
       raise_gate(&st->b, k + 1);
       break;
     case FERRY_OP_READ: /* a -> host */

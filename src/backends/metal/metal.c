@@ -171,21 +171,7 @@ static ferry_status metal_synchronize(ferry_device *dev) {
   /* The queues' command queues first: the program may have committed its own
    * work there (ferry_queue_native). */
   ferry_status st = ferry__metal_lanes_drain(dev);
-  if (st != FERRY_OK) return st;
-  void *pool = pool_push();
-  /* Command buffers of one queue start in the order they were committed; an
-   * empty one committed last and waited for is Metal's usual way to wait for the
-   * queue (docs/backends/metal.md says what Apple does not promise about it). */
-  mtl_id cb = mtl_command_buffer(md->queue);
-  if (!cb) {
-    st = ferry__fail(FERRY_ERROR_BACKEND, "commandBuffer on %s's queue returned nil", dev->label);
-  } else {
-    mtl_commit(cb);
-    mtl_wait_until_completed(cb);
-    st = ferry__metal_completed(dev, cb, "an empty command buffer (waiting for the queue)");
-  }
-  pool_pop(pool);
-  return st;
+  return st == FERRY_OK ? ferry__metal_queue_drain(dev, md->queue, "ferry's device queue") : st;
 }
 
 static ferry_status metal_native(const ferry_device *dev, ferry_native *out) {

@@ -124,6 +124,11 @@ ferry_status ferry__metal_push(ferry_device *dev, metal_lane *lane, const metal_
 ferry_status ferry__metal_lane_create(ferry_device *dev, ferry_lane **out);
 void ferry__metal_lane_destroy(ferry_device *dev, ferry_lane *lane);
 ferry_status ferry__metal_lane_native(ferry_device *dev, ferry_lane *lane, ferry_native *out);
+/* Waits for everything committed on `queue` (`which` names it in errors): an
+ * empty command buffer committed there and waited for, Metal's usual way (its
+ * command buffers start in commit order; docs/backends/metal.md says what
+ * Apple does not promise about it). */
+ferry_status ferry__metal_queue_drain(ferry_device *dev, mtl_id queue, const char *which);
 /* Waits for everything committed on every lane's command queue, the program's own included. */
 ferry_status ferry__metal_lanes_drain(ferry_device *dev);
 ferry_status ferry__metal_marker(ferry_device *dev, ferry_lane *lane, bool timing, ferry_ticket *out);

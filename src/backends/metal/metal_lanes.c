@@ -70,9 +70,7 @@ ferry_status ferry__metal_lane_create(ferry_device *dev, ferry_lane **out) {
   return FERRY_OK;
 }
 
-/* An empty command buffer committed on the queue and waited for: Metal's way
- * of waiting for a queue's work (its command buffers start in commit order). */
-static ferry_status queue_drain(ferry_device *dev, mtl_id queue, const char *which) {
+ferry_status ferry__metal_queue_drain(ferry_device *dev, mtl_id queue, const char *which) {
   ferry_status st;
   void *pool = ferry__metal_rt.pool_push();
   mtl_id cb = mtl_command_buffer(queue);
@@ -92,7 +90,7 @@ ferry_status ferry__metal_lanes_drain(ferry_device *dev) {
   ferry_status st = FERRY_OK;
   pthread_mutex_lock(&md->lanes_lock);
   for (metal_lane *l = md->lanes; l && st == FERRY_OK; l = l->next)
-    st = queue_drain(dev, l->queue, "a queue's command queue");
+    st = ferry__metal_queue_drain(dev, l->queue, "a queue's command queue");
   pthread_mutex_unlock(&md->lanes_lock);
   return st;
 }
@@ -139,7 +137,7 @@ void ferry__metal_lane_destroy(ferry_device *dev, ferry_lane *lane) {
   unclaimed_finish(dev, l, UINT64_MAX, NULL);
   /* The program's own command buffers on the queue (ferry_queue_native) finish
    * first. */
-  (void)queue_drain(dev, l->queue, "a queue's command queue");
+  (void)ferry__metal_queue_drain(dev, l->queue, "a queue's command queue");
   void *pool = ferry__metal_rt.pool_push();
   mtl_release(l->word);
   mtl_release(l->event);
