@@ -1,17 +1,21 @@
 #!/bin/bash
-# The run on the NVIDIA H200 machine (the device tool, kind nvidia-h200), from the
-# repository root, carrying .gl (the Vulkan loader and the GL dispatch libraries, as
-# .deb files; see docs/PERFORMANCE.md):
-#   bash bench/h200_run.sh [BASE]
-# Builds ferry there, runs the tests with every GPU backend present required, then
-# the benchmarks, most important first. Each phase has a time limit of its own and
-# the whole run stays under DEADLINE seconds (default 540), so one call to the device
-# tool (600 s at most) always returns what was measured; everything lands under $OUT
-# as it is made. BASE, if given, is another source tree (the code before a change,
-# with this tree's bench/ programs copied in): its CUDA benchmarks run in the same
-# session, for before-and-after figures on one machine. PHASES (comma-separated;
-# default all but sweep and base) picks: ctest, host, queues, cuda, sweep, opencl,
-# vulkan, cross, plot, base.
+# The run on a GPU machine the device tool lends (an NVIDIA H200 or H100, one GPU),
+# from the repository root, carrying .gl (the Vulkan loader and the GL libraries
+# NVIDIA's Vulkan driver needs, as Debian .deb files: libvulkan1 libegl1 libglvnd0
+# libopengl0 libgl1 libglx0 libgles2; see docs/PERFORMANCE.md):
+#   bash bench/gpu_run.sh [BASE]
+# Builds ferry there, records the machine (GPU, driver, host CPU, cores, last-level
+# cache, the host's copy rate), runs the tests with every GPU backend present
+# required (Vulkan whenever the driver lists the GPU; when it does not, the run says
+# why: ldd of the driver and the loader's own messages), then the benchmarks, most
+# important first. Each phase has a time limit of its own and the whole run stays
+# under DEADLINE seconds (default 540), so one call to the device tool (600 s at
+# most) always returns what was measured; everything lands under $OUT as it is made,
+# every phase's heading naming the machine. BASE, if given, is another source tree
+# (the code before a change, with this tree's bench/ programs copied in): its CUDA
+# benchmarks run in the same session, for before-and-after figures on one machine.
+# PHASES (comma-separated; default all but sweep and base) picks: ctest, host,
+# queues, cuda, sweep, opencl, vulkan, cross, plot, base.
 set -u
 OUT=${OUT:-$PWD/out}
 PHASES=${PHASES:-ctest,host,queues,cuda,opencl,vulkan,cross,plot,base}
@@ -21,7 +25,8 @@ START=$SECONDS
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/log.txt") 2>&1
 want() { [[ ",$PHASES," == *",$1,"* ]]; }
-stamp() { echo "== $1 ($(date -u +%H:%M:%S), ${SECONDS}s)"; }
+MACHINE="(machine not yet recorded)"
+stamp() { echo "== $1 ($(date -u +%H:%M:%S), ${SECONDS}s) on $MACHINE"; }
 # limited SECONDS CMD...: runs CMD for at most SECONDS, less where the run's deadline
 # is nearer; says so when a phase is cut short.
 limited() {
@@ -40,6 +45,9 @@ limited() {
 
 # Drivers. The Vulkan loader and libglvnd are carried; NVIDIA's OpenCL library needs
 # an ICD file.
+for p in libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2; do
+  ls .gl/"${p}"_*.deb >/dev/null 2>&1 || echo "NOTE: .gl has no ${p}_*.deb: NVIDIA's Vulkan driver may not load"
+done
 for f in .gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" / 2>/dev/null; done
 ldconfig
 mkdir -p /tmp/icd && echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 >/tmp/icd/nvidia.icd
@@ -69,6 +77,23 @@ build() { # dir
 }
 build .
 
+# The machine, once: what every figure below was measured on. The host's copy rate
+# is ferry's own large copy on the native device (the copy threads, 256 MiB, cache-cold
+# on hosts whose last-level cache is smaller) and memcpy on one thread.
+{
+  gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+  cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -n 1)
+  l3=$(lscpu | sed -n 's/^L3 cache: *//p' | head -n 1)
+  mem=$(free -g | awk '/^Mem:/ {print $2 " GiB"}')
+  copy=$(FERRY_BACKENDS=native limited 40 build/bench/bench_native 2>/dev/null |
+    awk '/ferry_host_to_device 256 MiB vs memcpy/ {print $(NF-2) " GB/s on the copy threads, memcpy " $(NF-1) " GB/s"}')
+  echo "GPU: ${gpu:-none found}"
+  echo "host: ${cpu:-unknown CPU}, $(nproc) cores, L3 ${l3:-unknown}, ${mem:-unknown memory}"
+  echo "host copy (256 MiB): ${copy:-not measured}"
+} >"$OUT/machine.txt"
+cat "$OUT/machine.txt"
+MACHINE="$(sed -n 's/^GPU: \([^,]*\).*/\1/p' "$OUT/machine.txt"), $(nproc) cores, $(sed -n 's/^host copy (256 MiB): \([0-9.]* GB\/s\).*/host copy \1/p' "$OUT/machine.txt")"
+
 # Vulkan: the driver as found; if it shows no NVIDIA device, the fallbacks the
 # device README names (the ICD file and EGL vendor file by path).
 VK_LOADER_DEBUG=error,warn limited 20 build/ferry info >"$OUT/ferry_info.txt" 2>&1
@@ -84,7 +109,9 @@ if grep -q "vulkan.*NVIDIA" "$OUT/ferry_info.txt"; then
   required=$required,vulkan
   echo "NVIDIA Vulkan listed: vulkan required"
 else
-  echo "NVIDIA Vulkan NOT listed: vulkan not required (see vulkan_driver.txt and ferry_info.txt)"
+  echo "NVIDIA Vulkan NOT listed: vulkan not required. Why, as the driver and the loader say:"
+  grep -E "not found|=>" "$OUT/vulkan_driver.txt" | head -n 20
+  grep -i -E "vulkan|loader|icd" "$OUT/ferry_info.txt" | head -n 20
 fi
 
 if want ctest; then
@@ -147,11 +174,11 @@ if want opencl; then
   limited 50 build/bench/bench_opencl
 fi
 if want plot; then
-  stamp "ferry bench on the CUDA device (json, svg: docs/bench-h200.png)"
-  limited 70 build/ferry bench --backend cuda --json "$OUT/bench_h200.json" --plot "$OUT/bench_h200.svg" >"$OUT/ferry_bench.txt" 2>&1
+  stamp "ferry bench on the CUDA device (json, svg)"
+  limited 70 build/ferry bench --backend cuda --json "$OUT/bench_gpu.json" --plot "$OUT/bench_gpu.svg" >"$OUT/ferry_bench.txt" 2>&1
   tail -n 60 "$OUT/ferry_bench.txt"
   stamp "ferry bench --quick on every device"
-  limited 60 build/ferry bench --quick --json "$OUT/bench_h200_all.json" >"$OUT/ferry_bench_all.txt" 2>&1
+  limited 60 build/ferry bench --quick --json "$OUT/bench_gpu_all.json" >"$OUT/ferry_bench_all.txt" 2>&1
   tail -n 80 "$OUT/ferry_bench_all.txt"
 fi
 if want base && [ -n "$BASE" ] && [ -d "$BASE" ]; then
