@@ -844,6 +844,37 @@ static void check_fake_cuda(void) {
              (strstr(r->out, "driver: NVIDIA ") && strstr(r->out, ", CUDA 13.0"))),
             "no CUDA driver line: %.2000s", r->out);
   CHECK_MSG(!strstr(r->err, "fake_cuda:"), "the fake driver saw misuse: %s", r->err);
+  /* On a GPU, pageable transfers against the host's limit: warm (the rows) and cold,
+   * a target from 4 MiB up; the JSON carries the same. */
+  r = bench("--backend", "cuda", "--device", "0", "--paths", "h2d,d2h,h2d-pinned,d2h-pinned", "--sizes", "64K,4M",
+            "--repeat", "3", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "pageable against the host's limit") &&
+                strstr(r->out, "the lesser of the pinned rows at 4 MiB") && strstr(r->out, "h2d cold") &&
+                strstr(r->out, "the host's best streaming copy"),
+            "no host's limit under a GPU's table: exit %d: %s%s", r->code, r->out, r->err);
+  const char *block = strstr(r->out, "pageable against the host's limit");
+  const char *limit_row = block ? strstr(block, "       4 MiB  ") : NULL;
+  CHECK_MSG(limit_row && strstr(limit_row, "x  0.75x: "), "no 4 MiB line against the limit: %s", r->out);
+  const char *block_end = block ? strstr(block, "\n\n") : NULL, *small = block ? strstr(block, "64 KiB") : NULL;
+  CHECK_MSG(block && (!small || (block_end && small > block_end)),
+            "a 64 KiB line against the limit (none below 4 MiB): %s", r->out);
+  char longest[200];
+  CHECK_MSG(lines_fit(r->out, 100, longest, sizeof longest), "the host's limit: a line wider than 100: %s", longest);
+  r = bench("--backend", "cuda", "--device", "0", "--paths", "h2d", "--sizes", "4M", "--repeat", "3", "--json", "-",
+            (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "\"host_limit\": {\"limit_h2d_gbs\": ") &&
+                strstr(r->out, "\"pinned_bytes\": 0, ") && strstr(r->out, "\"cold\": [") &&
+                strstr(r->out, "{\"bytes\": 4194304, \"slices\": ") && strstr(r->out, "\"target\": 0.75, "),
+            "no host_limit in the JSON of a GPU: %s", r->out);
+  CHECK_MSG(strstr(r->err, "(no pinned rows measured: --paths h2d-pinned,d2h-pinned adds them)"),
+            "without pinned rows the limit does not say so: %s", r->err);
+  /* Not on a CPU device, nor in --quick runs. */
+  r = bench("--backend", "native", "--paths", "h2d", "--sizes", "4M", "--repeat", "2", "--json", "-",
+            (const char *)NULL);
+  CHECK_MSG(r->code == 0 && strstr(r->out, "\"host_limit\": null") && !strstr(r->err, "host's limit"),
+            "a host's limit on a CPU device: %s%s", r->out, r->err);
+  r = bench("--backend", "cuda", "--device", "0", "--quick", "--sizes", "4M", (const char *)NULL);
+  CHECK_MSG(r->code == 0 && !strstr(r->out, "host's limit"), "a host's limit in a --quick run: %s", r->out);
   /* Staged through the host when peer access is off (FERRY_CUDA_PEER=0), still beside cuMemcpyPeer. */
   const char *staged[] = {"FERRY_BACKENDS=cuda,native", "FERRY_CUDA_PEER=0", NULL};
   memcpy(env_for_run, staged, sizeof staged);

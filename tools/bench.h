@@ -116,6 +116,25 @@ typedef struct bench_row {
   bool settled;            /* measured, failed or skipped; false: not reached (yet) */
 } bench_row;
 
+/* Pageable transfers of one size, cache-cold: from or into the blocks of an area
+ * twice the last-level cache in turn (bench_host.c). */
+typedef struct bench_cold {
+  size_t bytes;
+  size_t slices;   /* blocks of the area taken in turn (1: the size alone is twice the cache) */
+  double h2d, d2h; /* GB/s, medians; 0: not measured (why says why, or the run stopped) */
+  char why[200];
+} bench_cold;
+
+/* The host's limit for a pageable transfer on a device that stages (not a CPU
+ * device): the lesser of its pinned rows and the host's streaming copy. */
+typedef struct bench_host_limit {
+  bool measured;
+  double pinned_h2d, pinned_d2h; /* GB/s: ferry's pinned rows at the largest size both were measured */
+  size_t pinned_bytes;           /* that size; 0: no pinned rows */
+  bench_cold cold[BENCH_MAX_SIZES];
+  size_t cold_count;
+} bench_host_limit;
+
 typedef struct bench_device {
   ferry_device *dev;
   ferry_device_info info;
@@ -127,7 +146,8 @@ typedef struct bench_device {
   size_t size_cap;    /* largest size measured on this device */
   char cap_reason[200];
   bench_row *rows; /* [path * size_count + size index], the device paths */
-  double seconds;  /* time spent on the device */
+  bench_host_limit limit;
+  double seconds; /* time spent on the device */
 } bench_device;
 
 typedef struct bench_pair {
@@ -144,8 +164,22 @@ typedef struct bench_pair {
   double seconds;
 } bench_pair;
 
+/* The host's best streaming copy (memcpy of a block larger than the last-level
+ * cache, on 1, 2, 4, ... threads), measured once a run, where a device needs it. */
+typedef struct bench_host_copy {
+  bool done, measured;
+  double gbs;            /* the best, GB/s */
+  int threads;           /* on how many threads */
+  double one_thread_gbs; /* on one */
+  size_t bytes;          /* the block copied */
+  size_t llc;            /* the last-level cache, bytes */
+  bool llc_known;        /* false: the system said nothing; 32 MiB was assumed */
+  char why[120];         /* not measured: why */
+} bench_host_copy;
+
 typedef struct bench_run {
   bench_options opt;
+  bench_host_copy host_copy;
   tool_system sys;
   bench_device *devices;
   size_t device_count;
@@ -217,6 +251,27 @@ const char *bench_pair_label(const bench_run *run, const bench_pair *p, char buf
 const char *bench_row_raw_call(const bench_run *run, const bench_device *d, const bench_pair *p, const bench_row *row,
                                int figure, char *buf, size_t size);
 const char *bench_row_raw_tag(const bench_device *d, const bench_pair *p, const bench_row *row, int figure);
+
+/* ---- bench_host.c ---- */
+
+/* Is the host's limit measured and printed for this device? (Full runs, h2d or
+ * d2h asked, a device that is not a CPU and not a debugging one.) */
+bool bench_wants_limit(const bench_run *run, const bench_device *d);
+/* The host's streaming copy (once a run; run->host_copy). */
+void bench_measure_host_copy(bench_run *run);
+/* After the device's rows: d->limit (the pinned figures, the cold transfers). */
+void bench_measure_limit(bench_run *run, bench_device *d);
+/* The limit in GB/s for one direction: the lesser of the pinned row and the host's
+ * copy, whichever exist; 0 when neither does. */
+double bench_limit_of(const bench_run *run, const bench_device *d, bool to_device);
+/* Both directions' limit is the pinned rows (not the host's copy). */
+bool bench_pinned_is_limit(const bench_run *run, const bench_device *d);
+/* The share of the limit a pageable transfer of this size should reach: 4 MiB
+ * 0.75, 16 MiB 0.85, 64 MiB 0.9, 1 GiB 0.95 where the pinned rows are the limit,
+ * else 0.9; 0 below 4 MiB (no target). */
+double bench_limit_target(size_t bytes, bool pinned_is_limit);
+/* The warm figures (GB/s) of the h2d and d2h rows at this size; 0 where not measured. */
+void bench_limit_warm(const bench_run *run, const bench_device *d, size_t bytes, double out[2]);
 
 /* ---- bench_table.c ---- */
 

@@ -60,6 +60,62 @@ static void jnum(FILE *f, double v) {
     fputs("null", f);
 }
 
+/* A GB/s figure, null where it was not measured (0). */
+static void jrate(FILE *f, double v) {
+  if (v > 0)
+    jnum(f, v);
+  else
+    fputs("null", f);
+}
+
+/* devices[].host_limit: null where the run did not measure it. */
+static void jlimit(FILE *f, const bench_run *run, const bench_device *d) {
+  const bench_host_limit *l = &d->limit;
+  const bench_host_copy *h = &run->host_copy;
+  if (!l->measured) {
+    fputs("null", f);
+    return;
+  }
+  fprintf(f, "{\"limit_h2d_gbs\": ");
+  jrate(f, bench_limit_of(run, d, true));
+  fprintf(f, ", \"limit_d2h_gbs\": ");
+  jrate(f, bench_limit_of(run, d, false));
+  fprintf(f, ", \"pinned_bytes\": %zu, \"pinned_h2d_gbs\": ", l->pinned_bytes);
+  jrate(f, l->pinned_h2d);
+  fprintf(f, ", \"pinned_d2h_gbs\": ");
+  jrate(f, l->pinned_d2h);
+  fprintf(f, ", \"host_copy_gbs\": ");
+  jrate(f, h->measured ? h->gbs : 0);
+  fprintf(f, ", \"host_copy_threads\": %d, \"host_copy_one_thread_gbs\": ", h->measured ? h->threads : 0);
+  jrate(f, h->measured ? h->one_thread_gbs : 0);
+  fprintf(f, ", \"host_copy_bytes\": %zu, \"last_level_cache\": ", h->bytes);
+  if (h->llc_known)
+    fprintf(f, "%zu", h->llc);
+  else
+    fputs("null", f);
+  fprintf(f, ", \"cold\": [");
+  bool pinned_is_limit = bench_pinned_is_limit(run, d);
+  for (size_t i = 0; i < l->cold_count; i++) {
+    const bench_cold *c = &l->cold[i];
+    double warm[2], target = bench_limit_target(c->bytes, pinned_is_limit);
+    bench_limit_warm(run, d, c->bytes, warm);
+    fprintf(f, "%s\n        {\"bytes\": %zu, \"slices\": %zu, \"warm_h2d_gbs\": ", i ? "," : "", c->bytes, c->slices);
+    jrate(f, warm[0]);
+    fprintf(f, ", \"cold_h2d_gbs\": ");
+    jrate(f, c->h2d);
+    fprintf(f, ", \"warm_d2h_gbs\": ");
+    jrate(f, warm[1]);
+    fprintf(f, ", \"cold_d2h_gbs\": ");
+    jrate(f, c->d2h);
+    fprintf(f, ", \"target\": ");
+    jrate(f, target);
+    fprintf(f, ", \"error\": ");
+    tool_json_string(f, c->why[0] ? c->why : NULL);
+    fputc('}', f);
+  }
+  fprintf(f, "%s]}", l->cold_count ? "\n      " : "");
+}
+
 static void jfigure(FILE *f, const bench_row *row, const bench_stats *t, long ops) {
   figure5 v = in_unit(row, t);
   fputs("{\"median\": ", f);
@@ -210,6 +266,8 @@ int bench_write_json(tool_output *out, const bench_run *run) {
     tool_json_string(f, d->raw ? NULL : d->raw_note);
     fprintf(f, ",\n      \"raw_ways\": ");
     jcalls(f, run, d);
+    fprintf(f, ",\n      \"host_limit\": ");
+    jlimit(f, run, d);
     fprintf(f, ",\n      \"seconds\": ");
     jnum(f, d->seconds);
     fprintf(f, ",\n      \"results\": [");

@@ -1364,6 +1364,7 @@ void bench_measure_device(bench_run *run, bench_device *d) {
     run_size(run, d, rb, si);
   }
   if (rb) d->raw->close(rb);
+  bench_measure_limit(run, d);
   ferry_device_trim(d->dev);
   d->seconds = bench_now() - t0;
 }

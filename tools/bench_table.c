@@ -283,6 +283,69 @@ static bool way_calls(const bench_run *run, const bench_device *d, int way, char
   return any;
 }
 
+static void ratio_cell(char *buf, size_t size, double gbs, double limit) {
+  if (gbs > 0 && limit > 0)
+    snprintf(buf, size, "%.2fx", gbs / limit);
+  else
+    snprintf(buf, size, "-");
+}
+
+/* Pageable transfers against the host's limit: the warm rows and the cold figures. */
+static void print_limit(FILE *f, const bench_run *run, const bench_device *d) {
+  const bench_host_limit *l = &d->limit;
+  const bench_host_copy *h = &run->host_copy;
+  if (!l->measured) return;
+  char line[1200], llc[32], block[32], pin[32];
+  double lim_h2d = bench_limit_of(run, d, true), lim_d2h = bench_limit_of(run, d, false);
+  size_t cache = h->llc_known ? h->llc : ((size_t)32 << 20);
+  snprintf(line, sizeof line,
+           "pageable against the host's limit (warm: the rows above, one block every time; cold: blocks of "
+           "the size in turn through an area of at least %s, twice the %s last-level cache%s):",
+           bench_size_approx(2 * cache, block), bench_size_approx(cache, llc), h->llc_known ? "" : " assumed");
+  fputc('\n', f);
+  wrapped(f, 2, "", 0, line);
+  char copy[300];
+  if (h->measured)
+    snprintf(copy, sizeof copy,
+             "the host's best streaming copy, %.1f GB/s on %d thread%s (memcpy of %s; %.1f GB/s on one)", h->gbs,
+             h->threads, h->threads == 1 ? "" : "s", bench_size_approx(h->bytes, block), h->one_thread_gbs);
+  else
+    snprintf(copy, sizeof copy, "the host's copy not measured (%s)", h->why);
+  if (l->pinned_bytes)
+    snprintf(line, sizeof line,
+             "limit to the device %.1f GB/s, to the host %.1f GB/s: the lesser of the pinned rows at %s "
+             "(%.1f / %.1f GB/s) and %s",
+             lim_h2d, lim_d2h, bench_size_text(l->pinned_bytes, pin), l->pinned_h2d, l->pinned_d2h, copy);
+  else
+    snprintf(line, sizeof line,
+             "limit %.1f GB/s: %s (no pinned rows measured: --paths h2d-pinned,d2h-pinned adds them)", lim_h2d, copy);
+  wrapped(f, 2, "", 0, line);
+  fprintf(f, "  %10s  %9s  %9s  %9s  %9s  %s\n", "size", "h2d warm", "h2d cold", "d2h warm", "d2h cold", "target");
+  bool pinned_is_limit = bench_pinned_is_limit(run, d);
+  for (size_t i = 0; i < l->cold_count; i++) {
+    const bench_cold *c = &l->cold[i];
+    double warm[2];
+    bench_limit_warm(run, d, c->bytes, warm);
+    char cells[4][32], size[32], target[64] = "";
+    ratio_cell(cells[0], sizeof cells[0], warm[0], lim_h2d);
+    ratio_cell(cells[1], sizeof cells[1], c->h2d, lim_h2d);
+    ratio_cell(cells[2], sizeof cells[2], warm[1], lim_d2h);
+    ratio_cell(cells[3], sizeof cells[3], c->d2h, lim_d2h);
+    double t = bench_limit_target(c->bytes, pinned_is_limit);
+    if (t > 0) {
+      double r[4] = {warm[0] / lim_h2d, lim_h2d > 0 ? c->h2d / lim_h2d : 0, warm[1] / lim_d2h,
+                     lim_d2h > 0 ? c->d2h / lim_d2h : 0};
+      bool all = lim_h2d > 0 && lim_d2h > 0, met = all;
+      for (int k = 0; k < 4 && all; k++)
+        met = met && r[k] >= t;
+      snprintf(target, sizeof target, "%.2fx: %s", t, !all ? "-" : met ? "met" : "missed");
+    }
+    fprintf(f, "  %10s  %9s  %9s  %9s  %9s  %s\n", bench_size_text(c->bytes, size), cells[0], cells[1], cells[2],
+            cells[3], target);
+    if (c->why[0]) fprintf(f, "  %10s  cold: %s\n", "", c->why);
+  }
+}
+
 void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
   char caps[320], driver[700], line[1200];
   capabilities(d, caps, sizeof caps);
@@ -328,6 +391,8 @@ void bench_print_device(FILE *f, const bench_run *run, const bench_device *d) {
                                    "then d2h"
                                  : "pinned rows: the same calls with the same block; sync rows: h2d, then d2h");
   }
+
+  print_limit(f, run, d);
 
   /* What was not measured, and why. */
   bool over_cap = false;
