@@ -15,10 +15,10 @@
 # (the code before a change, with this tree's bench/ programs copied in): its CUDA
 # benchmarks run in the same session, for before-and-after figures on one machine.
 # PHASES (comma-separated; default all but sweep and base) picks: ctest, host,
-# queues, cuda, sweep, opencl, vulkan, cross, plot, base.
+# limit, queues, cuda, sweep, opencl, vulkan, cross, plot, base.
 set -u
 OUT=${OUT:-$PWD/out}
-PHASES=${PHASES:-ctest,host,queues,cuda,opencl,vulkan,cross,plot,base}
+PHASES=${PHASES:-ctest,host,limit,queues,cuda,opencl,vulkan,cross,plot,base}
 DEADLINE=${DEADLINE:-540}
 BASE=${1:-}
 START=$SECONDS
@@ -137,6 +137,13 @@ if want host; then
     done
   done >"$OUT/bench_native.txt" 2>&1
   cat "$OUT/bench_native.txt"
+fi
+
+if want limit; then
+  stamp "ferry bench: pageable against the host's limit, cache-warm and cold, on every GPU"
+  limited 150 build/ferry bench --sizes 4M,16M,64M,1G --paths h2d,d2h,h2d-pinned,d2h-pinned --repeat 5 \
+    --no-legend --json "$OUT/bench_limit.json" >"$OUT/bench_limit.txt" 2>&1
+  cat "$OUT/bench_limit.txt"
 fi
 
 if want queues; then
