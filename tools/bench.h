@@ -220,6 +220,8 @@ const char *bench_plural(long n, const char *one, const char *many, char buf[64]
 /* Before measuring: the device's size cap, and whether its raw baseline starts
  * (d->raw, d->alt; d->raw_note and a note on stderr when it does not). */
 void bench_device_prepare(bench_device *d);
+/* Bytes of host memory the system can still give (MemAvailable), or 0 when unknown. */
+uint64_t bench_host_available(void);
 /* The largest size measured on a device (d->size_cap, d->cap_reason), and on a pair. */
 void bench_device_cap(bench_device *d);
 void bench_pair_cap(const bench_run *run, bench_pair *p);

@@ -132,6 +132,15 @@ void bench_measure_host_copy(bench_run *run) {
   h->llc_known = h->llc != 0;
   size_t llc = h->llc_known ? h->llc : LLC_ASSUMED;
   size_t n = 2 * llc > COPY_MIN ? 2 * llc : COPY_MIN;
+  /* Two blocks in at most a quarter of what the host can give: smaller on a small
+   * host (then perhaps not cache-cold; the line says how much was copied). */
+  uint64_t avail = bench_host_available();
+  if (avail && 2 * (uint64_t)n > avail / 4) n = (size_t)(avail / 8) & ~(size_t)4095;
+  if (n < ((size_t)16 << 20)) {
+    snprintf(h->why, sizeof h->why, "the host has too little memory available (%llu MiB) for the copy",
+             (unsigned long long)(avail >> 20));
+    return;
+  }
   char *src = malloc(n), *dst = malloc(n);
   if (!src || !dst) {
     free(src);
@@ -215,6 +224,10 @@ static double cold_rate(ferry_buffer buf, unsigned char *area, size_t slices, si
 static void cold_size(bench_run *run, bench_device *d, bench_cold *out, size_t llc) {
   size_t bytes = out->bytes, slices = (2 * llc + bytes - 1) / bytes;
   if (slices < 2 && bytes < 2 * llc) slices = 2;
+  /* The area in at most a quarter of what the host can give (the rows' own blocks
+   * are freed by now); at least one block, as the rows had. */
+  uint64_t avail = bench_host_available();
+  if (avail && (uint64_t)slices * bytes > avail / 4) slices = (size_t)(avail / 4 / bytes);
   if (slices < 1) slices = 1;
   char why[600] = "";
   unsigned char *area = malloc(slices * bytes);

@@ -192,8 +192,7 @@ const char *bench_row_raw_tag(const bench_device *d, const bench_pair *p, const 
 
 /* ---- size caps and what a device has --------------------------------------------- */
 
-/* Bytes of host memory the system can still give (MemAvailable), or 0 when unknown. */
-static uint64_t host_available(void) {
+uint64_t bench_host_available(void) {
   FILE *f = fopen("/proc/meminfo", "r");
   if (f) {
     char line[256];
@@ -227,7 +226,7 @@ void bench_device_cap(bench_device *d) {
     snprintf(d->cap_reason, sizeof d->cap_reason, "two buffers of that size exceed the device's %s of memory",
              bench_size_approx(d->info.total_memory, a));
   }
-  uint64_t avail = host_available();
+  uint64_t avail = bench_host_available();
   if (avail && avail / 8 < cap) {
     cap = avail / 8;
     snprintf(d->cap_reason, sizeof d->cap_reason,
