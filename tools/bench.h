@@ -236,6 +236,8 @@ void bench_measure_pair(bench_run *run, bench_pair *p);
 void bench_row_interrupted(bench_row *row);
 #define BENCH_INTERRUPTED "the run was interrupted first"
 double bench_now(void);
+/* Five numbers of n samples (sorted in place), quartiles interpolated between them. */
+bench_stats bench_summarise(double *v, int n);
 /* The row's figure: GB/s (10^9 bytes/s) for bandwidth rows, microseconds for latency rows. */
 double bench_figure(const bench_row *row, double seconds);
 /* ferry / raw, as "above 1: ferry is faster" (raw time / ferry time); 0 when there is no raw figure. */

@@ -192,11 +192,6 @@ static bool slice_holds(const unsigned char *p, size_t n, size_t k) {
   return true;
 }
 
-static int cmp_seconds(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
 /* The median GB/s of `samples` transfers of `bytes`, each from or into the next
  * slice of the area; 0 with why[] on failure. */
 static double cold_rate(ferry_buffer buf, unsigned char *area, size_t slices, size_t bytes, bool to_device, int samples,
@@ -214,8 +209,7 @@ static double cold_rate(ferry_buffer buf, unsigned char *area, size_t slices, si
       return 0;
     }
   }
-  qsort(t, (size_t)samples, sizeof t[0], cmp_seconds);
-  double median = samples % 2 ? t[samples / 2] : (t[samples / 2 - 1] + t[samples / 2]) / 2;
+  double median = bench_summarise(t, samples).median;
   return median > 0 ? (double)bytes / median / 1e9 : 0;
 }
 

@@ -821,8 +821,7 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Quartiles with linear interpolation between the sorted samples. */
-static bench_stats summarise(double *v, int n) {
+bench_stats bench_summarise(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   bench_stats s;
   double q[3] = {0.25, 0.5, 0.75};
@@ -948,11 +947,12 @@ static void measure(bench_run *run, ctx *c, bench_row *row, op_fn fop, op_fn fse
   row->settled = true;
   row->samples = n;
   row->ferry_ops = nf;
-  row->ferry = summarise(sf, n);
+  row->ferry = bench_summarise(sf, n);
   row->raw_count = 0;
   for (int w = 0; w < nways; w++)
     if (ways[w].op)
-      row->raw[row->raw_count++] = (bench_raw_figure){.t = summarise(sr[w], n), .ops = nr[w], .way = ways[w].index};
+      row->raw[row->raw_count++] =
+          (bench_raw_figure){.t = bench_summarise(sr[w], n), .ops = nr[w], .way = ways[w].index};
   if (row->raw_count == 2 && row->raw[1].t.median < row->raw[0].t.median) { /* the faster way is the baseline */
     bench_raw_figure first = row->raw[0];
     row->raw[0] = row->raw[1];
