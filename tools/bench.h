@@ -172,7 +172,7 @@ typedef struct bench_host_copy {
   int threads;           /* on how many threads */
   double one_thread_gbs; /* on one */
   size_t bytes;          /* the block copied */
-  size_t llc;            /* the last-level cache, bytes */
+  size_t llc;            /* the last-level cache, bytes (32 MiB where the system says nothing) */
   bool llc_known;        /* false: the system said nothing; 32 MiB was assumed */
   char why[120];         /* not measured: why */
 } bench_host_copy;

@@ -130,8 +130,8 @@ void bench_measure_host_copy(bench_run *run) {
   h->done = true;
   h->llc = last_level_cache();
   h->llc_known = h->llc != 0;
-  size_t llc = h->llc_known ? h->llc : LLC_ASSUMED;
-  size_t n = 2 * llc > COPY_MIN ? 2 * llc : COPY_MIN;
+  if (!h->llc_known) h->llc = LLC_ASSUMED;
+  size_t n = 2 * h->llc > COPY_MIN ? 2 * h->llc : COPY_MIN;
   /* Two blocks in at most a quarter of what the host can give: smaller on a small
    * host (then perhaps not cache-cold; the line says how much was copied). */
   uint64_t avail = bench_host_available();
@@ -272,7 +272,6 @@ void bench_measure_limit(bench_run *run, bench_device *d) {
       break;
     }
   }
-  size_t llc = h->llc_known ? h->llc : LLC_ASSUMED;
   for (size_t si = 0; si < run->opt.size_count && !bench_interrupted(); si++) {
     size_t bytes = run->opt.sizes[si];
     if (bytes < COLD_MIN_SIZE || bytes > d->size_cap) continue;
@@ -281,7 +280,7 @@ void bench_measure_limit(bench_run *run, bench_device *d) {
     char where[32];
     snprintf(where, sizeof where, "device %zu", d->info.index);
     bench_progress_step(where, "cache-cold", bytes);
-    cold_size(run, d, c, llc);
+    cold_size(run, d, c, h->llc);
   }
   l->measured = true;
 }

@@ -297,11 +297,10 @@ static void print_limit(FILE *f, const bench_run *run, const bench_device *d) {
   if (!l->measured) return;
   char line[1200], llc[32], block[32], pin[32];
   double lim_h2d = bench_limit_of(run, d, true), lim_d2h = bench_limit_of(run, d, false);
-  size_t cache = h->llc_known ? h->llc : ((size_t)32 << 20);
   snprintf(line, sizeof line,
            "pageable against the host's limit (warm: the rows above, one block every time; cold: blocks of "
            "the size in turn through an area of at least %s, twice the %s last-level cache%s):",
-           bench_size_approx(2 * cache, block), bench_size_approx(cache, llc), h->llc_known ? "" : " assumed");
+           bench_size_approx(2 * h->llc, block), bench_size_approx(h->llc, llc), h->llc_known ? "" : " assumed");
   fputc('\n', f);
   wrapped(f, 2, "", 0, line);
   char copy[300];
